@@ -1,0 +1,107 @@
+"""WordPiece vocabulary: load a BERT vocab.txt, tokenize with the `tokenizers` library.
+
+A vocabulary is identified by a checksum of its tokens, so shards and checkpoints can say
+which vocabulary they were made with.
+"""
+import hashlib
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+from tokenizers.implementations import BertWordPieceTokenizer
+
+from errors import UserError
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+@dataclass(frozen=True)
+class Vocab:
+    path: Path
+    tokens: tuple[str, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.tokens)
+
+    @cached_property
+    def ids(self) -> dict[str, int]:
+        return {token: index for index, token in enumerate(self.tokens)}
+
+    @property
+    def pad_id(self) -> int:
+        return self.ids["[PAD]"]
+
+    @property
+    def unk_id(self) -> int:
+        return self.ids["[UNK]"]
+
+    @property
+    def cls_id(self) -> int:
+        return self.ids["[CLS]"]
+
+    @property
+    def sep_id(self) -> int:
+        return self.ids["[SEP]"]
+
+    @property
+    def mask_id(self) -> int:
+        return self.ids["[MASK]"]
+
+    @property
+    def special_ids(self) -> tuple[int, ...]:
+        """Ids never picked for masking: [PAD], [CLS], [SEP] (and [UNK], [MASK])."""
+        return tuple(self.ids[token] for token in SPECIAL_TOKENS)
+
+    @cached_property
+    def checksum(self) -> str:
+        """sha256 of the tokens in order: equal checksums mean equal token ids."""
+        return hashlib.sha256("\n".join(self.tokens).encode("utf-8")).hexdigest()[:16]
+
+    @property
+    def lowercase(self) -> bool:
+        """Uncased vocabularies hold no upper-case word pieces (bert-base-uncased, ours)."""
+        return not any(token[:1].isupper() for token in self.tokens if not token.startswith("["))
+
+    @property
+    def id_dtype(self) -> type:
+        """Smallest unsigned type that holds every id: uint16 up to 65,536 tokens."""
+        return np.uint16 if self.size <= 65536 else np.int32
+
+    @cached_property
+    def tokenizer(self) -> Tokenizer:
+        """A fast WordPiece tokenizer; encodes without [CLS]/[SEP] (callers add them)."""
+        tokenizer = BertWordPieceTokenizer(str(self.path), lowercase=self.lowercase)
+        tokenizer.post_processor = None
+        return tokenizer
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of each text, without special tokens."""
+        return [encoding.ids for encoding in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
+
+    def decode_tokens(self, ids) -> list[str]:
+        return [self.tokens[int(i)] for i in ids]
+
+
+def vocab_file(path) -> Path:
+    """`-v` takes the directory holding vocab.txt (the original convention) or the file."""
+    path = Path(path)
+    return path / "vocab.txt" if path.is_dir() else path
+
+
+def load_vocab(path) -> Vocab:
+    file = vocab_file(path)
+    try:
+        tokens = tuple(line.rstrip("\r\n") for line in file.open(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"{file}: cannot read vocabulary ({error.__class__.__name__}: {error})") from None
+    while tokens and not tokens[-1]:
+        tokens = tokens[:-1]
+    missing = [token for token in SPECIAL_TOKENS if token not in tokens]
+    if missing:
+        raise UserError(f"{file}: not a BERT vocabulary, missing special tokens {' '.join(missing)}")
+    if len(set(tokens)) != len(tokens):
+        raise UserError(f"{file}: not a BERT vocabulary, some tokens appear twice")
+    return Vocab(path=file, tokens=tokens)
