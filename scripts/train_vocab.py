@@ -1,0 +1,76 @@
+"""Train an uncased BERT WordPiece vocabulary with the `tokenizers` library.
+
+Example:
+    python scripts/train_vocab.py -i demo/input/imdb.txt -o demo/vocab --vocab-size 8192
+
+Writes VOCABDIR/vocab.txt with [PAD] [UNK] [CLS] [SEP] [MASK] as ids 0-4, so that
+transformers.BertTokenizer(vocab.txt) gives the same ids as this program.
+"""
+import argparse
+import glob
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+from errors import UserError, exit_on_user_error  # noqa: E402
+from tokenizers.implementations import BertWordPieceTokenizer  # noqa: E402
+from vocab import SPECIAL_TOKENS, load_vocab  # noqa: E402
+
+
+def expand_inputs(patterns) -> list[Path]:
+    """Files named on the command line, globs expanded; each must exist and hold text."""
+    files = []
+    for pattern in patterns:
+        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if not matches:
+            raise UserError(f"{pattern}: no file matches this pattern")
+        files.extend(Path(match) for match in matches)
+    for file in files:
+        if not file.is_file():
+            raise UserError(f"{file}: input file not found")
+        if file.stat().st_size == 0:
+            raise UserError(f"{file}: input file is empty")
+    return files
+
+
+def train_vocab(files: list[Path], out_dir: Path, vocab_size: int, min_frequency: int = 2,
+                show_progress: bool = True) -> Path:
+    """Train the vocabulary and write out_dir/vocab.txt atomically; returns its path."""
+    if vocab_size < len(SPECIAL_TOKENS) + 100:
+        raise UserError(f"--vocab-size {vocab_size}: expected at least {len(SPECIAL_TOKENS) + 100}")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(f"{out_dir}: cannot create output directory ({error.strerror})") from None
+    tokenizer = BertWordPieceTokenizer(lowercase=True)
+    tokenizer.train([str(f) for f in files], vocab_size=vocab_size, min_frequency=min_frequency,
+                    special_tokens=list(SPECIAL_TOKENS), show_progress=show_progress)
+    target = out_dir / "vocab.txt"
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".vocab-") as scratch:
+        written = Path(tokenizer.save_model(scratch)[0])
+        os.replace(written, target)
+    load_vocab(target)  # the file we wrote must be a valid vocabulary
+    return target
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-i", "--input", nargs="+", required=True, help="text files or globs")
+    parser.add_argument("-o", "--output", required=True, type=Path, help="directory for vocab.txt")
+    parser.add_argument("--vocab-size", type=int, default=8192, help="number of tokens (default 8192)")
+    parser.add_argument("--min-frequency", type=int, default=2, help="least count of a merged piece")
+    return parser.parse_args(argv)
+
+
+@exit_on_user_error
+def main(argv=None):
+    args = parse_args(argv)
+    files = expand_inputs(args.input)
+    target = train_vocab(files, args.output, args.vocab_size, args.min_frequency)
+    print(f"wrote {target} ({load_vocab(target).size} tokens)")
+
+
+if __name__ == "__main__":
+    main()
