@@ -1,0 +1,325 @@
+"""Training settings: one typed, validated Config read from an INI file plus `--key value` overrides.
+
+The INI dialect is the original project's: `key = value` or `key: value`, `#` comments, `45_000`.
+"""
+import difflib
+import math
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
+from errors import UserError
+
+
+class Rule(NamedTuple):
+    check: Callable[[Any], bool]
+    text: str  # what is expected, after "expected a number"
+
+
+def at_least(low) -> Rule:
+    return Rule(lambda value: value >= low, f">= {low}")
+
+
+def above(low) -> Rule:
+    return Rule(lambda value: value > low, f"> {low}")
+
+
+def within(low, high, brackets: str = "[]") -> Rule:
+    """Interval in maths notation: '[)' includes low and excludes high."""
+    def check(value) -> bool:
+        above_low = low < value if brackets[0] == "(" else low <= value
+        below_high = value < high if brackets[1] == ")" else value <= high
+        return above_low and below_high
+    return Rule(check, f"in {brackets[0]}{low}, {high}{brackets[1]}")
+
+
+def one_of(*choices: str) -> Rule:
+    return Rule(lambda value: value in choices, "one of " + ", ".join(choices))
+
+
+# One table for every per-field check; fields not listed accept any value of their type.
+RULES = {
+    "task_type": one_of("mlm", "sst2", "classify"),
+    "seq_len": within(16, 2048),
+    "batch_size": at_least(1),
+    "grad_accum_steps": at_least(1),
+    "val_interval": at_least(1),
+    "val_iters": at_least(1),
+    "log_interval": at_least(1),
+    "d_model": at_least(1),
+    "heads": at_least(1),
+    "n_layer": at_least(1),
+    "d_ff": at_least(0),
+    "dropout": within(0, 1, "[)"),
+    "dtype": one_of("auto", "bfloat16", "float16", "float32"),
+    "device": Rule(lambda value: re.fullmatch(r"auto|cpu|cuda(:\d+)?", value) is not None,
+                   "auto, cpu, cuda or cuda:N"),
+    "learning_rate": above(0),
+    "min_learning_rate": at_least(0),
+    "warmup_iters": at_least(0),
+    "lr_decay_iters": at_least(0),
+    "max_iters": at_least(1),
+    "weight_decay": at_least(0),
+    "beta1": within(0, 1, "[)"),
+    "beta2": within(0, 1, "[)"),
+    "grad_clip": at_least(0),
+    "mask_rate": within(0, 1, "()"),
+    "seed": at_least(0),  # numpy seeds must be non-negative
+    "base_dir": Rule(bool, "a non-empty path"),
+    "num_labels": at_least(2),
+    "dist_master_port": within(1, 65535),
+    "max_checkpoints": at_least(1),
+}
+
+# Checks between fields, run after the per-field ones; messages are formatted with the values.
+CROSS_FIELD_RULES = (
+    (lambda v: v["d_model"] % v["heads"] == 0,
+     "d-model = {d_model} is not divisible by heads = {heads}"),
+    (lambda v: v["min_learning_rate"] <= v["learning_rate"],
+     "min-learning-rate = {min_learning_rate} is above learning-rate = {learning_rate}"),
+    (lambda v: v["lr_decay_iters"] >= v["warmup_iters"],
+     "lr-decay-iters = {lr_decay_iters} is below warmup-iters = {warmup_iters}"),
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every setting of a run. INI keys are the field names with '-' for '_'."""
+    task_type: str = "mlm"  # mlm: pre-training; sst2/classify: single-sentence classification
+    seq_len: int = 128
+    batch_size: int = 32  # per process
+    grad_accum_steps: int = 1
+    val_interval: int = 100
+    val_iters: int = 20  # batches per validation
+    log_interval: int = 10
+    d_model: int = 256
+    heads: int = 4
+    n_layer: int = 4
+    d_ff: int = 0  # 0 means 4 * d_model, see feed_forward_size
+    dropout: float = 0.1
+    async_to_device: bool = True
+    fused_adamw: bool = True
+    compile: bool = False
+    dtype: str = "auto"
+    device: str = "auto"
+    learning_rate: float = 1e-4
+    min_learning_rate: float = 1e-5
+    warmup_iters: int = 100
+    lr_decay_iters: int = 10_000
+    max_iters: int = 10_000
+    weight_decay: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.999
+    grad_clip: float = 1.0  # 0 disables clipping
+    mask_rate: float = 0.15
+    seed: int = 1337
+    # Legacy key of the original project, where `case = dickens` selected MLM pre-training.
+    # Accepted so old files load, otherwise ignored: task_type decides what runs.
+    case: str = ""
+    base_dir: str = "."
+    vocab: str = ""  # vocab.txt or its directory; "" means base_dir/vocab
+    dataset_pattern: str = "train_*.msgpack"
+    val_dataset_pattern: str = "val_*.msgpack"
+    test_dataset_pattern: str = "test_*.msgpack"
+    num_labels: int = 2
+    dist_master_addr: str = "127.0.0.1"
+    dist_master_port: int = 12233
+    max_checkpoints: int = 1
+    wandb: bool = False
+
+    def __post_init__(self):
+        validate(vars(self), {}, "config")
+
+    @property
+    def vocab_path(self) -> Path:
+        return Path(self.vocab) if self.vocab else Path(self.base_dir) / "vocab"
+
+    @property
+    def datasets_dir(self) -> Path:
+        return Path(self.base_dir) / "datasets"
+
+    @property
+    def runs_dir(self) -> Path:
+        return Path(self.base_dir) / "runs"
+
+    @property
+    def feed_forward_size(self) -> int:
+        return self.d_ff or 4 * self.d_model
+
+    def to_dict(self) -> dict[str, Any]:
+        """INI key -> plain value; safe for torch.save and torch.load(weights_only=True)."""
+        return {INI_KEYS[name]: value for name, value in vars(self).items()}
+
+    @classmethod
+    def from_dict(cls, settings: dict[str, Any], source: str = "saved config") -> "Config":
+        """Rebuild from to_dict() output (or strings); missing keys take their defaults."""
+        values = dict(DEFAULTS)
+        for key, value in settings.items():
+            name = known_name(key, source)
+            values[name] = typed_value(name, value, source)
+        validate(values, {}, source)
+        return cls(**values)
+
+    def replace(self, **changes) -> "Config":
+        """A validated copy with some fields changed (field names with '_')."""
+        changes = {INI_KEYS.get(name, name): value for name, value in changes.items()}
+        return Config.from_dict(self.to_dict() | changes, source="Config.replace")
+
+    def describe(self) -> list[str]:
+        """'key = value' lines in INI syntax, for the log."""
+        return [f"{key} = {ini_text(value)}".rstrip() for key, value in self.to_dict().items()]
+
+
+FIELD_TYPES = {field.name: field.type for field in fields(Config)}
+DEFAULTS = {field.name: field.default for field in fields(Config)}
+INI_KEYS = {name: name.replace("_", "-") for name in FIELD_TYPES}
+TYPE_NOUNS = {int: "an integer", float: "a number", str: "a string",
+              bool: "a boolean (true/false, yes/no, on/off, 1/0)"}
+BOOLEANS = {"true": True, "yes": True, "on": True, "1": True,
+            "false": False, "no": False, "off": False, "0": False}
+
+
+def load_config(path: Path | None, overrides: list[str]) -> Config:
+    """Read the INI file (./config.ini when path is None), apply overrides, validate the result."""
+    path = find_config_file(path)
+    file_values, origins = read_ini(path)
+    override_values, override_origins = parse_overrides(overrides)
+    values = DEFAULTS | file_values | override_values
+    origins |= override_origins
+    validate(values, origins, str(path))
+    return Config(**values)
+
+
+def find_config_file(path: Path | None) -> Path:
+    if path is None:
+        path = Path("config.ini")
+        if not path.is_file():
+            raise UserError(f"config.ini not found in {Path.cwd()}: "
+                            "copy config.ini.example to config.ini or pass --config PATH")
+    elif not Path(path).is_file():
+        raise UserError(f"{path}: config file not found")
+    return Path(path)
+
+
+def read_ini(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """Typed values and their origins ('file:line') for the keys the file sets."""
+    values, origins, first_lines = {}, {}, {}
+    for number, line in enumerate(read_text(path).splitlines(), start=1):
+        line = line.split("#", 1)[0].strip()
+        if not line or (line.startswith("[") and line.endswith("]")):
+            continue  # sections carry no meaning here; tolerated for old files
+        origin = f"{path}:{number}"
+        key, text = split_key_value(line, origin)
+        name = known_name(key, origin)
+        if name in first_lines:
+            raise UserError(f"{origin}: key '{INI_KEYS[name]}' given twice "
+                            f"(first on line {first_lines[name]})")
+        first_lines[name], origins[name] = number, origin
+        values[name] = typed_value(name, text, origin)
+    return values, origins
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a UTF-8 text file") from None
+
+
+def split_key_value(line: str, origin: str) -> tuple[str, str]:
+    """Split at the first '=' or ':', so `device = cuda:0` and `compile: true` both work."""
+    separator = re.search("[=:]", line)
+    if separator is None or not line[:separator.start()].strip():
+        raise UserError(f"{origin}: line is not 'key = value'")
+    return line[:separator.start()].strip(), line[separator.end():].strip()
+
+
+def parse_overrides(args: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """`--key value` or `--key=value`; a bare boolean flag (`--compile`) means true."""
+    values, origins = {}, {}
+    position = 0
+    while position < len(args):
+        arg = args[position]
+        position += 1
+        if not arg.startswith("--"):
+            raise UserError(f"{arg!r}: expected an option like --key value")
+        key, has_value, text = arg[2:].partition("=")
+        name = known_name(key, origin=None)
+        option = "--" + INI_KEYS[name]
+        if not has_value:
+            if position < len(args) and not args[position].startswith("--"):
+                text = args[position]
+                position += 1
+            elif FIELD_TYPES[name] is bool:
+                text = "true"
+            else:
+                raise UserError(f"{option}: missing value")
+        values[name], origins[name] = typed_value(name, text, option), option
+    return values, origins
+
+
+def known_name(key: str, origin: str | None) -> str:
+    """Field name for an INI key or option (case-insensitive, '_' = '-'), or a UserError."""
+    name = key.strip().lower().replace("-", "_")
+    if name in FIELD_TYPES:
+        return name
+    ini_key = name.replace("_", "-")
+    close = difflib.get_close_matches(ini_key, INI_KEYS.values(), n=1)
+    if origin is None:  # a command-line override
+        hint = f" (did you mean --{close[0]}?)" if close else ""
+        raise UserError(f"--{ini_key}: unknown option{hint}")
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    raise UserError(f"{origin}: unknown key '{ini_key}'{hint}")
+
+
+def typed_value(name: str, value: Any, origin: str) -> Any:
+    """Convert text (or an already typed value) to the field's type, or a UserError."""
+    kind = FIELD_TYPES[name]
+    try:
+        return convert(kind, value)
+    except (KeyError, ValueError):
+        raise UserError(f"{located(origin, name, value)}: expected {TYPE_NOUNS[kind]}") from None
+
+
+def convert(kind: type, value: Any) -> Any:
+    if isinstance(value, str) and kind is not str:
+        value = value.strip()
+        if kind is bool:
+            return BOOLEANS[value.lower()]
+        number = kind(value)  # int() and float() accept '45_000' and '1_000.5'
+        if not math.isfinite(number):
+            raise ValueError(value)
+        return number
+    if kind is float and type(value) in (int, float):
+        return float(value)
+    if type(value) is not kind:  # `type is` because bool is a subclass of int
+        raise ValueError(value)
+    return value
+
+
+def validate(values: dict[str, Any], origins: dict[str, str], source: str) -> None:
+    """Per-field rules, then cross-field ones; the first problem raises a UserError."""
+    for name, rule in RULES.items():
+        if not rule.check(values[name]):
+            kind = FIELD_TYPES[name]
+            expected = rule.text if kind is str else f"{TYPE_NOUNS[kind]} {rule.text}"
+            where = located(origins.get(name, source), name, values[name])
+            raise UserError(f"{where}: expected {expected}")
+    for holds, message in CROSS_FIELD_RULES:
+        if not holds(values):
+            raise UserError(f"{source}: {message.format(**values)}")
+
+
+def located(origin: str, name: str, value: Any) -> str:
+    """'file:7: key = value' for files, '--key value' for command-line overrides."""
+    if origin.startswith("--"):
+        return f"{origin} {ini_text(value)}"
+    shown = repr(value) if isinstance(value, str) else ini_text(value)
+    return f"{origin}: {INI_KEYS[name]} = {shown}"
+
+
+def ini_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -1,0 +1,98 @@
+"""The model: masked-only MLM loss, padding mask, initialisation, classifier head."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from masking import IGNORE_INDEX, MaskingRule, mask_tokens
+from model import BertForMaskedLM, BertForSequenceClassification, ModelConfig, flops_per_token
+
+
+def small_config(**changes) -> ModelConfig:
+    values = dict(vocab_size=300, max_len=32, d_model=64, heads=4, n_layer=2, d_ff=128, dropout=0.0)
+    return ModelConfig(**{**values, **changes})
+
+
+def masked_batch(config: ModelConfig, batch: int = 4, length: int = 32, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, config.vocab_size, (batch, length), generator=generator)
+    ids[:, 0], ids[:, -1] = 2, 3
+    return mask_tokens(ids, torch.arange(5), 4, config.vocab_size, MaskingRule(), generator)
+
+
+def test_masked_only_loss_equals_full_vocabulary_loss():
+    torch.manual_seed(0)
+    config = small_config()
+    model = BertForMaskedLM(config).eval()
+    inputs, positions, labels = masked_batch(config)
+    _, loss = model(inputs, positions, labels)
+
+    # The reference: score every position, with labels only where masked.
+    logits_everywhere = model.head(model.encoder(inputs))
+    full_labels = torch.full_like(inputs, IGNORE_INDEX)
+    used = labels != IGNORE_INDEX
+    rows = torch.arange(inputs.shape[0])[:, None].expand_as(positions)
+    full_labels[rows[used], positions[used]] = labels[used]
+    reference = F.cross_entropy(logits_everywhere.flatten(0, 1), full_labels.flatten(), ignore_index=IGNORE_INDEX)
+    torch.testing.assert_close(loss, reference, rtol=1e-5, atol=1e-6)
+
+
+def test_padding_does_not_change_real_tokens():
+    torch.manual_seed(0)
+    config = small_config()
+    model = BertForMaskedLM(config).eval()
+    ids = torch.randint(5, config.vocab_size, (1, 20))
+    padded = torch.cat([ids, torch.zeros(1, 12, dtype=torch.long)], dim=1)
+    mask = padded != 0
+    alone = model.encoder(ids)
+    with_padding = model.encoder(padded, attention_mask=mask)
+    torch.testing.assert_close(with_padding[:, :20], alone, rtol=1e-5, atol=1e-5)
+    # Without the mask the padding leaks into the real tokens: the mask is what protects them.
+    assert not torch.allclose(model.encoder(padded)[:, :20], alone, atol=1e-4)
+
+
+def test_initialisation_follows_bert():
+    torch.manual_seed(0)
+    model = BertForMaskedLM(small_config(d_model=256, d_ff=1024, vocab_size=3000))
+    up = model.encoder.layers[0].feed_forward.up
+    assert abs(up.weight.std().item() - 0.02) < 0.002
+    assert up.bias.abs().max() == 0
+    assert model.encoder.embeddings.token.weight[0].abs().max() == 0  # [PAD] row
+    norm = model.encoder.layers[0].attention_norm
+    assert torch.all(norm.weight == 1) and torch.all(norm.bias == 0)
+
+
+def test_decoder_is_tied_to_token_embedding():
+    model = BertForMaskedLM(small_config())
+    assert model.head.token_embedding.weight is model.encoder.embeddings.token.weight
+    names = [name for name, _ in model.named_parameters()]
+    assert sum("token" in name and "weight" in name for name in names) == 1
+
+
+def test_classifier_pools_cls_and_learns():
+    torch.manual_seed(0)
+    config = small_config(num_labels=2)
+    model = BertForSequenceClassification(config)
+    ids = torch.randint(5, config.vocab_size, (8, 16))
+    labels = torch.tensor([0, 1] * 4)
+    ids[:, 1] = torch.where(labels == 1, 7, 8)  # the label is readable from one token
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(40):
+        logits, loss = model(ids, labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    assert logits.shape == (8, 2)
+    assert losses[-1] < 0.1 < losses[0]
+
+
+def test_heads_must_divide_width():
+    with pytest.raises(ValueError, match="divisible"):
+        small_config(d_model=100, heads=3)
+
+
+def test_flops_grow_with_model_size():
+    small = flops_per_token(small_config(), 32, 0.15)
+    wider = flops_per_token(small_config(d_model=128, d_ff=256), 32, 0.15)
+    assert 3 < wider / small < 5  # matmul work grows with the square of the width
