@@ -9,26 +9,12 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from batching import BatchOrder, gather_padded
 from errors import UserError
 from masking import IGNORE_INDEX, MaskingRule, mask_tokens, predictions_per_sequence
 from model import BertForMaskedLM, ModelConfig
 from shards import Shard, find_shards, read_shard
 from trainer import check_architecture, to_device
-
-
-def gather_padded(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray, width: int,
-                  fill: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of a ragged array (values split at offsets) as a [len(rows), width] int64 array.
-
-    Returns the array and a bool array, True where a row had a value.
-    """
-    starts = offsets[rows]
-    lengths = offsets[rows + 1] - starts
-    columns = np.arange(width)
-    present = columns < lengths[:, None]
-    index = np.where(present, starts[:, None] + columns, 0)
-    gathered = values[index].astype(np.int64) if len(values) else np.zeros(index.shape, np.int64)
-    return np.where(present, gathered, fill), present
 
 
 def make_batch(shard: Shard, rows: np.ndarray, seq_len: int, pad_id: int, mask_rate: float) -> dict:
@@ -44,66 +30,41 @@ def make_batch(shard: Shard, rows: np.ndarray, seq_len: int, pad_id: int, mask_r
 
 
 class MaskedLMData:
-    """Batches of one split, each rank reading its own disjoint part of every shard."""
+    """Batches of one split; train shards take turns by epoch (K static copies: K masks)."""
 
-    def __init__(self, paths: list[Path], expect: dict, seq_len: int, batch_size: int, pad_id: int,
-                 mask_rate: float, seed: int, rank: int = 0, world_size: int = 1):
+    def __init__(self, paths: list[Path], expect: dict, seq_len: int, pad_id: int, mask_rate: float,
+                 order: BatchOrder):
         self.paths = paths
         self.expect = expect
         self.seq_len = seq_len
-        self.batch_size = batch_size
         self.pad_id = pad_id
         self.mask_rate = mask_rate
-        self.seed = seed
-        self.rank = rank
-        self.world_size = world_size
+        self.order = order
         self._loaded: tuple[Path, Shard] | None = None
 
     def shard_for_epoch(self, epoch: int) -> Shard:
-        """Shards take turns by epoch (static masking with K copies: a new mask each epoch)."""
         path = self.paths[epoch % len(self.paths)]
         if self._loaded is None or self._loaded[0] != path:
             self._loaded = None  # free the old shard before reading the next
             shard = read_shard(path, self.expect)
             if shard.seq_len > self.seq_len:
                 raise UserError(f"{path}: samples of {shard.seq_len} tokens do not fit seq-len {self.seq_len}")
-            if len(shard) < self.batch_size * self.world_size:
+            if len(shard) < self.order.batch_size * self.order.world_size:
                 raise UserError(f"{path}: {len(shard)} samples are fewer than one batch "
-                                f"(batch-size {self.batch_size} x {self.world_size} processes)")
+                                f"(batch-size {self.order.batch_size} x {self.order.world_size} processes)")
             self._loaded = (path, shard)
         return self._loaded[1]
 
-    def epoch_order(self, epoch: int, samples: int) -> np.ndarray:
-        """This rank's samples for an epoch: a seeded permutation, dealt out across ranks."""
-        order = np.random.default_rng([self.seed, epoch]).permutation(samples)
-        usable = samples // self.world_size * self.world_size  # every rank gets as many batches
-        return order[:usable][self.rank::self.world_size]
-
     def batches(self, position: dict | None) -> Iterator[tuple[dict, dict]]:
-        """Endless batches from `position` on; each comes with the position after it.
-
-        A position is {"epoch": e, "batch": b}, the next batch to read; checkpoints keep it.
-        """
-        epoch, start = (position["epoch"], position["batch"]) if position else (0, 0)
-        while True:
-            shard = self.shard_for_epoch(epoch)
-            order = self.epoch_order(epoch, len(shard))
-            count = len(order) // self.batch_size
-            for index in range(start, count):
-                rows = order[index * self.batch_size:(index + 1) * self.batch_size]
-                batch = make_batch(shard, rows, self.seq_len, self.pad_id, self.mask_rate)
-                after = {"epoch": epoch, "batch": index + 1} if index + 1 < count else {"epoch": epoch + 1, "batch": 0}
-                yield after, batch
-            epoch, start = epoch + 1, 0
+        return self.order.batches(
+            position, lambda epoch: len(self.shard_for_epoch(epoch)),
+            lambda epoch, rows: make_batch(self.shard_for_epoch(epoch), rows, self.seq_len, self.pad_id,
+                                           self.mask_rate))
 
     def fixed_batches(self, count: int | None) -> Iterator[dict]:
-        """The same first `count` batches every time (all of them for None): for evaluation."""
         shard = self.shard_for_epoch(0)
-        order = self.epoch_order(0, len(shard))
-        available = len(order) // self.batch_size
-        for index in range(available if count is None else min(count, available)):
-            rows = order[index * self.batch_size:(index + 1) * self.batch_size]
-            yield make_batch(shard, rows, self.seq_len, self.pad_id, self.mask_rate)
+        return self.order.fixed_batches(
+            count, len(shard), lambda rows: make_batch(shard, rows, self.seq_len, self.pad_id, self.mask_rate))
 
 
 class MaskedLMTask:
@@ -133,9 +94,9 @@ class MaskedLMTask:
         if split not in self.splits:
             config = self.config
             paths = find_shards(Path(config.datasets_dir), self.patterns[split])
-            self.splits[split] = MaskedLMData(paths, self.expect, config.seq_len, config.batch_size,
-                                              self.vocab.pad_id, config.mask_rate, config.seed,
-                                              self.rank, self.world_size)
+            order = BatchOrder(config.batch_size, config.seed, self.rank, self.world_size)
+            self.splits[split] = MaskedLMData(paths, self.expect, config.seq_len, self.vocab.pad_id,
+                                              config.mask_rate, order)
         return self.splits[split]
 
     def model_config(self) -> ModelConfig:
@@ -207,6 +168,8 @@ class MaskedLMTask:
         for position, token_id in enumerate(ids):
             if token_id == self.vocab.pad_id:
                 break
+            if token_id in (self.vocab.cls_id, self.vocab.sep_id):
+                continue
             if position in at_masks:
                 words.append(f"/{self.vocab.tokens[at_masks[position]]}/")
                 continue

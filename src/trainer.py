@@ -358,7 +358,9 @@ class Trainer:
         flops = flops_per_token(unwrap(model).config, config.seq_len, task.predictions_per_token)
         peak = measure_matmul_flops(device, self.dtype) if is_writer else 1.0
         tokens_per_step = config.batch_size * config.seq_len * config.grad_accum_steps * self.world_size
-        progress = tqdm(total=config.max_iters, initial=step, disable=not is_writer, dynamic_ncols=True)
+        # disable=None: a bar on a terminal, none in CI logs (the log lines say the same).
+        progress = tqdm(total=config.max_iters, initial=step, disable=None if is_writer else True,
+                        dynamic_ncols=True)
         loss_sum = torch.zeros((), device=device)
         finite = torch.ones((), dtype=torch.bool, device=device)
         last_log_time, last_log_step = time.perf_counter(), step

@@ -1,0 +1,215 @@
+"""Prepare MLM shards from text: pack whole words into segments of at most m-2 word pieces.
+
+Example:
+    python scripts/prepare_mlm_dataset.py -i demo/input/*.txt -l imdb -o demo/data -m 128 -v demo/vocab
+
+Streams the input in chunks of whole lines, so corpora larger than memory work. Segments run on
+across lines and reviews; each becomes [CLS] segment [SEP] in the train, val or test shard
+(80/10/10 by a hash of the seed and sample index): OUTDIR/{train,val,test}_LABEL_m_SEED.msgpack.gz.
+With --masking static the masks are stored in the shards (and --copies K gives K masked train
+copies); by default the trainer masks each batch afresh.
+"""
+import argparse
+import itertools
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+from errors import UserError, exit_on_user_error  # noqa: E402
+from shards import SPLITS, SplitWriter  # noqa: E402
+from train_vocab import expand_inputs  # noqa: E402
+from vocab import load_vocab  # noqa: E402
+
+MIN_SEQ_LEN, MAX_SEQ_LEN = 16, 2048
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks shared with prepare_mlm_fixed_len_dataset_from_ids.py: all run before any file is written
+
+
+def add_shared_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-l", "--label", required=True, help="data set name used in the shard names, e.g. imdb")
+    parser.add_argument("-o", "--output", required=True, type=Path, help="directory for the shards")
+    parser.add_argument("-m", "--seq-len", type=int, default=128,
+                        help=f"tokens per sample including [CLS] and [SEP], {MIN_SEQ_LEN}..{MAX_SEQ_LEN} (default 128)")
+    parser.add_argument("-s", "--seed", type=int, default=123, help="seed of the split and masks (default 123)")
+    parser.add_argument("--masking", choices=("none", "static"), default="none",
+                        help="none: the trainer masks every batch afresh (default); static: store masks in the shards")
+    parser.add_argument("--copies", type=int, default=1,
+                        help="with --masking static: number of differently masked train shards (default 1)")
+
+
+def check_shared_arguments(args) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9]+", args.label):
+        raise UserError(f"--label {args.label!r}: use letters and digits only (it becomes part of file names)")
+    if not MIN_SEQ_LEN <= args.seq_len <= MAX_SEQ_LEN:
+        raise UserError(f"-m {args.seq_len}: expected a sequence length from {MIN_SEQ_LEN} to {MAX_SEQ_LEN}")
+    if args.copies < 1:
+        raise UserError(f"--copies {args.copies}: expected at least 1")
+    if args.copies > 1 and args.masking != "static":
+        raise UserError(f"--copies {args.copies} needs --masking static (unmasked copies would be identical)")
+    if args.seed < 0:
+        raise UserError(f"--seed {args.seed}: expected a non-negative integer")
+
+
+def prepare_output_dir(out_dir: Path) -> None:
+    """Create the directory and prove we can write there, before any work is done."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as error:
+        raise UserError(f"{out_dir}: cannot create or write the output directory ({error.strerror})") from None
+
+
+def split_summary(writer: SplitWriter) -> str:
+    return ", ".join(f"{split} {count:,}" for split, count in zip(SPLITS, writer.samples))
+
+
+def print_written(writer: SplitWriter) -> None:
+    for path in writer.paths:
+        print(f"wrote {path}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading text and packing words
+
+
+def read_line_chunks(files: list[Path], chunk_bytes: int, progress) -> iter:
+    """Lists of whole lines, about chunk_bytes of text each, file after file."""
+    for file in files:
+        with file.open("rb") as stream:
+            offset = 0
+            while data := stream.read(chunk_bytes):
+                data += stream.readline()  # finish the line the chunk ends in
+                try:
+                    text = data.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise UserError(f"{file}: not UTF-8 text (byte {offset + error.start})") from None
+                offset += len(data)
+                progress.update(len(data))
+                yield [line for line in text.split("\n") if line.strip()]
+
+
+def continuation_table(vocab) -> np.ndarray:
+    """True for word pieces that continue a word (`##ing`): a segment may not start there."""
+    return np.array([token.startswith("##") for token in vocab.tokens])
+
+
+def encode_lines(vocab, lines: list[str]) -> np.ndarray:
+    encoded = vocab.encode(lines)
+    return np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int64, count=sum(map(len, encoded)))
+
+
+def cut_long_words(word_starts: np.ndarray, max_pieces: int) -> tuple[np.ndarray, int]:
+    """Allow a segment break every max_pieces pieces inside words longer than that.
+
+    Returns the new break flags and how many words were cut.
+    """
+    starts = np.flatnonzero(word_starts)
+    lengths = np.diff(np.append(starts, len(word_starts)))
+    long_words = lengths > max_pieces
+    extra_breaks = (lengths[long_words] - 1) // max_pieces
+    first_piece = np.repeat(starts[long_words], extra_breaks)
+    rank = np.arange(extra_breaks.sum()) - np.repeat(np.cumsum(extra_breaks) - extra_breaks, extra_breaks) + 1
+    breaks = word_starts.copy()
+    breaks[first_piece + rank * max_pieces] = True
+    return breaks, int(long_words.sum())
+
+
+def pack_segments(breaks: np.ndarray, max_pieces: int, final: bool) -> tuple[list[tuple[int, int]], int]:
+    """Greedy packing: each segment takes whole words while it holds at most max_pieces pieces.
+
+    breaks[i] says a segment may start at piece i (breaks[0] must be True). A segment whose end
+    could still move with more input is left open unless final; returns the closed segments as
+    (begin, end) and where the open rest begins.
+    """
+    total = len(breaks)
+    boundaries = np.append(np.flatnonzero(breaks), total)
+    segments, begin = [], 0
+    while begin + max_pieces < total:
+        end = int(boundaries[np.searchsorted(boundaries, begin + max_pieces, side="right") - 1])
+        segments.append((begin, end))
+        begin = end
+    if final and begin < total:
+        segments.append((begin, total))
+        begin = total
+    return segments, begin
+
+
+class SegmentPacker:
+    """Packs chunk after chunk, carrying the open segment, so chunking never changes the result."""
+
+    def __init__(self, vocab, max_pieces: int):
+        self.is_continuation = continuation_table(vocab)
+        self.max_pieces = max_pieces
+        self.carry_ids = np.empty(0, dtype=np.int64)
+        self.carry_breaks = np.empty(0, dtype=bool)
+        self.pieces = self.words_cut = self.short = 0
+
+    def pack(self, ids: np.ndarray, final: bool = False) -> list[np.ndarray]:
+        """Segments closed by this chunk's ids (whole lines), each an array of word pieces."""
+        word_starts = ~self.is_continuation[ids]
+        word_starts[:1] = True  # a chunk starts at the start of a line
+        breaks, cut = cut_long_words(word_starts, self.max_pieces)
+        self.words_cut += cut
+        self.pieces += len(ids)
+        ids = np.concatenate([self.carry_ids, ids])
+        breaks = np.concatenate([self.carry_breaks, breaks])
+        spans, rest = pack_segments(breaks, self.max_pieces, final)
+        self.carry_ids, self.carry_breaks = ids[rest:], breaks[rest:]
+        self.short += sum(end - begin < self.max_pieces / 2 for begin, end in spans)
+        return [ids[begin:end] for begin, end in spans]
+
+
+def with_cls_sep(segments: list[np.ndarray], vocab) -> list[np.ndarray]:
+    return [np.concatenate(([vocab.cls_id], segment, [vocab.sep_id])) for segment in segments]
+
+
+def prepare(files: list[Path], vocab, writer: SplitWriter, seq_len: int, chunk_bytes: int) -> SegmentPacker:
+    packer = SegmentPacker(vocab, seq_len - 2)
+    total = sum(file.stat().st_size for file in files)
+    with tqdm(total=total, unit="B", unit_scale=True, desc="packing") as progress:
+        for lines in read_line_chunks(files, chunk_bytes, progress):
+            writer.add(with_cls_sep(packer.pack(encode_lines(vocab, lines)), vocab))
+        writer.add(with_cls_sep(packer.pack(np.empty(0, dtype=np.int64), final=True), vocab))
+    if packer.pieces == 0:
+        raise UserError(f"{', '.join(map(str, files))}: no tokens in the input")
+    return packer
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-i", "--input", nargs="+", required=True, help="text files or globs, one document a line")
+    parser.add_argument("-v", "--vocab", required=True, help="directory holding vocab.txt, or the file")
+    add_shared_arguments(parser)
+    parser.add_argument("--chunk-mb", type=float, default=16, help="text read and tokenized at once (default 16)")
+    return parser.parse_args(argv)
+
+
+@exit_on_user_error
+def main(argv=None):
+    args = parse_args(argv)
+    check_shared_arguments(args)
+    if args.chunk_mb <= 0:
+        raise UserError(f"--chunk-mb {args.chunk_mb}: expected a positive size")
+    files = expand_inputs(args.input)
+    vocab = load_vocab(args.vocab)
+    prepare_output_dir(args.output)
+    with SplitWriter(args.output, args.label, vocab, seq_len=args.seq_len, seed=args.seed, masking=args.masking,
+                     copies=args.copies, source_files=files, created_by="prepare_mlm_dataset.py") as writer:
+        packer = prepare(files, vocab, writer, args.seq_len, max(1, int(args.chunk_mb * 2**20)))
+    print_written(writer)
+    print(f"{writer.samples.sum():,} samples ({split_summary(writer)}), {writer.tokens:,} tokens "
+          f"({packer.pieces:,} word pieces + [CLS]/[SEP])")
+    print(f"{packer.short:,} short samples (< {(args.seq_len - 2) / 2:g} pieces), "
+          f"{packer.words_cut:,} words longer than {args.seq_len - 2} pieces cut")
+
+
+if __name__ == "__main__":
+    main()
