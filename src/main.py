@@ -9,13 +9,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from classification_dataset import ClassificationTask
 from config import Config, load_config
 from errors import UserError, exit_on_user_error
 from mlm_dataset import MaskedLMTask
 from trainer import Trainer, select_device
 from vocab import load_vocab
 
-TASKS = {"mlm": MaskedLMTask}
+TASKS = {"mlm": MaskedLMTask, "sst2": ClassificationTask, "classify": ClassificationTask}
 
 
 def parse_args(argv):

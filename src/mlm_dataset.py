@@ -12,9 +12,9 @@ import torch
 from batching import BatchOrder, gather_padded
 from errors import UserError
 from masking import IGNORE_INDEX, MaskingRule, mask_tokens, predictions_per_sequence
-from model import BertForMaskedLM, ModelConfig
+from model import BertForMaskedLM
 from shards import Shard, find_shards, read_shard
-from trainer import check_architecture, to_device
+from trainer import check_compatible, model_config, to_device
 
 
 def make_batch(shard: Shard, rows: np.ndarray, seq_len: int, pad_id: int, mask_rate: float) -> dict:
@@ -99,19 +99,14 @@ class MaskedLMTask:
                                               config.mask_rate, order)
         return self.splits[split]
 
-    def model_config(self) -> ModelConfig:
-        config = self.config
-        return ModelConfig(vocab_size=self.vocab.size, max_len=config.seq_len, d_model=config.d_model,
-                           heads=config.heads, n_layer=config.n_layer, d_ff=config.feed_forward_size,
-                           dropout=config.dropout, pad_id=self.vocab.pad_id, num_labels=config.num_labels)
-
     def build_model(self) -> BertForMaskedLM:
-        return BertForMaskedLM(self.model_config())
+        return BertForMaskedLM(model_config(self.config, self.vocab))
 
-    def load_weights(self, model, checkpoint: dict, path: Path, resuming: bool):
-        if checkpoint.get("vocab_checksum") != self.vocab.checksum:
-            raise UserError(f"{path}: made with another vocabulary than {self.vocab.path} (checksum differs)")
-        check_architecture(path, checkpoint["model_config"], model.config)
+    def labels_hidden(self, split: str) -> bool:
+        return False
+
+    def load_weights(self, model, checkpoint: dict, path: Path, resuming: bool, log=print):
+        check_compatible(path, checkpoint, self.vocab, model.config)
         if checkpoint["task"] != self.name:
             raise UserError(f"{path}: a {checkpoint['task']} checkpoint; MLM pre-training resumes "
                             f"from an mlm checkpoint")
@@ -136,14 +131,18 @@ class MaskedLMTask:
         return {"input_ids": inputs, "positions": positions, "labels": labels}
 
     def loss(self, model, batch: dict, training: bool, generator: torch.Generator | None = None):
-        """Mean loss over masked positions, and (hits, count) for accuracy; no host sync."""
+        """Mean loss over masked positions, and [count, hits] for accuracy; no host sync."""
         if "positions" not in batch:
             batch = {**batch, **self.mask(batch["input_ids"], generator)}
         logits, loss = model(batch["input_ids"], batch["positions"], batch["labels"],
                              attention_mask=batch["attention_mask"])
         scored = batch["labels"] != IGNORE_INDEX
         hits = ((logits.argmax(-1) == batch["labels"]) & scored).sum()
-        return loss, hits, scored.sum()
+        return loss, torch.stack([scored.sum(), hits])
+
+    def metrics(self, loss: float, statistics: torch.Tensor) -> dict:
+        count, hits = statistics.tolist()
+        return {"loss": loss, "accuracy": hits / count}
 
     @torch.no_grad()
     def show_predictions(self, model, autocast) -> str:

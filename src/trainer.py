@@ -20,6 +20,7 @@ from tqdm import tqdm
 from config import Config
 from errors import UserError
 from model import ModelConfig, count_parameters, flops_per_token
+from vocab import Vocab
 
 CHECKPOINT_FORMAT = 1
 
@@ -131,13 +132,34 @@ def load_checkpoint(path: Path) -> dict:
     return state
 
 
-def check_architecture(path: Path, saved: dict, current: ModelConfig):
-    """The checkpoint's model must be the one the config describes, key by key."""
+def restore_model(path: Path, kinds: dict[str, type]) -> tuple[nn.Module, "Vocab", dict]:
+    """The model a checkpoint holds, with its vocabulary, for inference; `kinds` maps the
+    task names this caller accepts to model classes."""
+    checkpoint = load_checkpoint(path)
+    if checkpoint["task"] not in kinds:
+        raise UserError(f"{path}: a {checkpoint['task']} checkpoint; expected {' or '.join(kinds)}")
+    model = kinds[checkpoint["task"]](ModelConfig(**checkpoint["model_config"]))
+    model.load_state_dict(checkpoint["model"])
+    return model.eval(), Vocab(tuple(checkpoint["vocab"])), checkpoint
+
+
+def model_config(config: Config, vocab) -> ModelConfig:
+    """The model a config and vocabulary describe."""
+    return ModelConfig(vocab_size=vocab.size, max_len=config.seq_len, d_model=config.d_model,
+                       heads=config.heads, n_layer=config.n_layer, d_ff=config.feed_forward_size,
+                       dropout=config.dropout, pad_id=vocab.pad_id, num_labels=config.num_labels)
+
+
+def check_compatible(path: Path, checkpoint: dict, vocab, current: ModelConfig):
+    """The checkpoint's model must be the one the config describes, with the same vocabulary."""
+    if checkpoint.get("vocab_checksum") != vocab.checksum:
+        raise UserError(f"{path}: made with another vocabulary than {vocab.path} (checksum differs)")
     for key, value in asdict(current).items():
         if key in ("dropout", "num_labels"):
             continue  # free to change between runs
-        if saved.get(key) != value:
-            raise UserError(f"{path}: {key} is {saved.get(key)} in the checkpoint but {value} "
+        saved = checkpoint["model_config"].get(key)
+        if saved != value:
+            raise UserError(f"{path}: {key} is {saved} in the checkpoint but {value} "
                             f"from the config and vocabulary")
 
 
@@ -268,20 +290,25 @@ def prefetch(batches, device: torch.device, non_blocking: bool):
 
 @torch.no_grad()
 def evaluate(model: nn.Module, task, batches, autocast) -> dict:
-    """Loss and accuracy over the given batches (all ranks' together), weighted by predictions."""
+    """The task's metrics over the given batches, all ranks' together.
+
+    task.loss returns the mean loss and a vector of additive statistics whose first entry
+    is the number of predictions; sums stay on the device until the end.
+    """
     model.eval()
-    sums = torch.zeros(3, device=task.device, dtype=torch.float64)  # loss * count, hits, count
+    loss_sum, totals = torch.zeros((), device=task.device, dtype=torch.float64), 0
     for batch in batches:
         with autocast:
-            loss, hits, count = task.loss(model, batch, training=False)
-        sums += torch.stack([loss.double() * count, hits.double(), count.double()])
+            loss, statistics = task.loss(model, batch, training=False)
+        loss_sum += loss.double() * statistics[0]
+        totals = totals + statistics.double()
     model.train()
-    if torch.distributed.is_initialized():
-        torch.distributed.all_reduce(sums)
-    loss_sum, hits, count = sums.tolist()
-    if count == 0:
+    if isinstance(totals, int):
         raise UserError("the evaluation split has no batch: it holds fewer samples than batch-size")
-    return {"loss": loss_sum / count, "accuracy": hits / count}
+    summed = torch.cat([loss_sum[None], totals])
+    if torch.distributed.is_initialized():
+        torch.distributed.all_reduce(summed)
+    return task.metrics(summed[0].item() / summed[1].item(), summed[1:].cpu())
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -319,12 +346,12 @@ class Trainer:
         resuming = checkpoint is not None and checkpoint["task"] == task.name
         step, position, best = 0, None, None
         run_dir = run_dir_of(checkpoint_path) if resuming else None
-        if checkpoint is not None:
-            task.load_weights(model, checkpoint, checkpoint_path, resuming)
         is_writer = self.rank == 0
         if run_dir is None and is_writer:
             run_dir = create_run_dir(Path(config.runs_dir))
         log = RunLog(run_dir if is_writer else None)
+        if checkpoint is not None:
+            task.load_weights(model, checkpoint, checkpoint_path, resuming, log)
         optimizer = make_optimizer(model, config, log)
         if resuming:
             optimizer.load_state_dict(checkpoint["optimizer"])
@@ -346,7 +373,7 @@ class Trainer:
             state = {"format": CHECKPOINT_FORMAT, "task": task.name, "step": step,
                      "model": unwrap(model).state_dict(), "optimizer": optimizer.state_dict(),
                      "config": config.to_dict(), "model_config": asdict(unwrap(model).config),
-                     "vocab_checksum": task.vocab.checksum, "data_position": position,
+                     "vocab_checksum": task.vocab.checksum, "vocab": list(task.vocab.tokens), "data_position": position,
                      "rng": rng_state(mask_generator), "best": best}
             if kind == "best":
                 save_checkpoint(checkpoints_dir / "best.pt", state)
@@ -375,7 +402,7 @@ class Trainer:
                 sync = micro == config.grad_accum_steps - 1
                 with (nullcontext() if sync or self.world_size == 1 else compiled.no_sync()):
                     with self.autocast:
-                        loss, _, _ = task.loss(compiled, batch, training=True, generator=mask_generator)
+                        loss, _ = task.loss(compiled, batch, training=True, generator=mask_generator)
                     scaler.scale(loss / config.grad_accum_steps).backward()
                 loss_sum += loss.detach().float()
                 finite &= torch.isfinite(loss.detach())
@@ -410,7 +437,7 @@ class Trainer:
                 last_log_time, last_log_step = time.perf_counter(), step
             if at_val:
                 metrics = evaluate(compiled, task, task.eval_batches("val", config.val_iters), self.autocast)
-                log(f"step {step} | val loss {metrics['loss']:.4f} | val accuracy {metrics['accuracy']:.2%}")
+                log(f"step {step} | " + " | ".join(f"val {name} {value:.4f}" for name, value in metrics.items()))
                 log.scalars(step, {f"val/{name}": value for name, value in metrics.items()})
                 if is_writer:
                     log(task.show_predictions(compiled, self.autocast))
@@ -431,15 +458,24 @@ class Trainer:
         return run_dir
 
     def test(self, checkpoint_path: Path) -> dict:
-        """Score a checkpoint on the test split; print and save the metrics in its run directory."""
+        """Score a checkpoint on the test split and save the metrics in its run directory;
+        where the labels are hidden (GLUE), write the predictions as a submission file instead."""
         checkpoint = load_checkpoint(checkpoint_path)
         model = self.task.build_model().to(self.device)
         self.task.load_weights(model, checkpoint, checkpoint_path, resuming=True)
-        metrics = evaluate(model, self.task, self.task.eval_batches("test", None), self.autocast)
-        metrics = {"checkpoint": str(checkpoint_path), "step": checkpoint["step"],
-                   **{f"test_{name}": value for name, value in metrics.items()}}
         run_dir = run_dir_of(checkpoint_path) or checkpoint_path.parent
-        target = run_dir / f"test_metrics_step{checkpoint['step']}.json"
+        step = checkpoint["step"]
+        if self.task.labels_hidden("test"):
+            predictions, index = self.task.predict(model, "test", self.autocast)
+            target = run_dir / f"test_predictions_step{step}.tsv"
+            lines = ["index\tprediction"] + [f"{i}\t{p}" for i, p in zip(index, predictions)]
+            atomic_write(target, lambda temp: temp.write_text("\n".join(lines) + "\n"))
+            print(f"the test labels are hidden: wrote {len(predictions)} predictions to {target}")
+            return {"predictions": str(target)}
+        metrics = evaluate(model, self.task, self.task.eval_batches("test", None), self.autocast)
+        metrics = {"checkpoint": str(checkpoint_path), "step": step,
+                   **{f"test_{name}": value for name, value in metrics.items()}}
+        target = run_dir / f"test_metrics_step{step}.json"
         atomic_write(target, lambda temp: temp.write_text(json.dumps(metrics, indent=2) + "\n"))
         print(json.dumps(metrics, indent=2))
         print(f"saved {target}", file=sys.stderr)

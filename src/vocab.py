@@ -19,8 +19,8 @@ SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 @dataclass(frozen=True)
 class Vocab:
-    path: Path
     tokens: tuple[str, ...]
+    path: Path | None = None  # None for a vocabulary carried inside a checkpoint
 
     @property
     def size(self) -> int:
@@ -73,7 +73,7 @@ class Vocab:
     @cached_property
     def tokenizer(self) -> Tokenizer:
         """A fast WordPiece tokenizer; encodes without [CLS]/[SEP] (callers add them)."""
-        tokenizer = BertWordPieceTokenizer(str(self.path), lowercase=self.lowercase)
+        tokenizer = BertWordPieceTokenizer(dict(self.ids), lowercase=self.lowercase)
         tokenizer.post_processor = None
         return tokenizer
 
@@ -104,4 +104,4 @@ def load_vocab(path) -> Vocab:
         raise UserError(f"{file}: not a BERT vocabulary, missing special tokens {' '.join(missing)}")
     if len(set(tokens)) != len(tokens):
         raise UserError(f"{file}: not a BERT vocabulary, some tokens appear twice")
-    return Vocab(path=file, tokens=tokens)
+    return Vocab(tokens=tokens, path=file)

@@ -1,0 +1,241 @@
+"""Single-sentence classification (SST-2, CoLA, ...): read parquet or GLUE TSV, batch, score.
+
+Batches are padded to their own longest sentence (rounded up to a multiple of 8), not to
+seq-len: SST-2 sentences average about 10 words, so most of a 128-wide batch would be padding.
+"""
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+
+from batching import BatchOrder, gather_padded
+from errors import UserError
+from model import BertForSequenceClassification
+from trainer import check_compatible, model_config, to_device
+
+HIDDEN_LABEL = -1  # GLUE test sets hide their labels
+PARQUET_NAMES = {"train": "train-00000-of-00001.parquet", "val": "validation-00000-of-00001.parquet",
+                 "test": "test-00000-of-00001.parquet"}
+TSV_NAMES = {"train": "train.tsv", "val": "dev.tsv", "test": "test.tsv"}
+
+
+@dataclass
+class Sentences:
+    texts: list[str]
+    labels: np.ndarray  # int64, HIDDEN_LABEL where unknown
+    index: np.ndarray  # the data set's own idx / index column, for submission files
+
+
+def find_split_file(datasets_dir: Path, split: str) -> Path:
+    """Hugging Face parquet first, then GLUE TSV, in datasets/ or datasets/SST-2/."""
+    for directory in (datasets_dir, datasets_dir / "SST-2"):
+        for names in (PARQUET_NAMES, TSV_NAMES):
+            if (directory / names[split]).is_file():
+                return directory / names[split]
+    raise UserError(f"{datasets_dir}: no {split} split found: expected {PARQUET_NAMES[split]} "
+                    f"(Hugging Face parquet) or {TSV_NAMES[split]} (GLUE TSV)")
+
+
+def read_parquet(path: Path) -> Sentences:
+    try:
+        table = pq.read_table(path)
+    except Exception as error:  # pyarrow raises several kinds for a bad file
+        raise UserError(f"{path}: not a readable parquet file ({error.__class__.__name__})") from None
+    missing = {"sentence", "label"} - set(table.column_names)
+    if missing:
+        raise UserError(f"{path}: missing column(s) {', '.join(sorted(missing))}; "
+                        f"expected idx, sentence, label")
+    texts = [str(text) for text in table.column("sentence").to_pylist()]
+    labels = np.asarray(table.column("label").to_numpy(), dtype=np.int64)
+    index = (np.asarray(table.column("idx").to_numpy(), dtype=np.int64) if "idx" in table.column_names
+             else np.arange(len(texts)))
+    return Sentences(texts, labels, index)
+
+
+def read_tsv(path: Path) -> Sentences:
+    """GLUE layouts: `sentence label` (SST-2 train/dev), `index sentence` (test, labels
+    hidden), or CoLA's headerless `source label original-label sentence`."""
+    try:
+        with path.open(encoding="utf-8", newline="") as file:
+            rows = list(csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE))
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"{path}: cannot read ({error})") from None
+    if not rows:
+        raise UserError(f"{path}: empty file")
+    header = [name.strip().lower() for name in rows[0]]
+    try:
+        if header[:2] == ["sentence", "label"]:
+            body = rows[1:]
+            return Sentences([r[0] for r in body], np.array([int(r[1]) for r in body], np.int64),
+                             np.arange(len(body)))
+        if header[:2] == ["index", "sentence"]:
+            body = rows[1:]
+            return Sentences([r[1] for r in body], np.full(len(body), HIDDEN_LABEL, np.int64),
+                             np.array([int(r[0]) for r in body], np.int64))
+        if len(rows[0]) == 4:
+            return Sentences([r[3] for r in rows], np.array([int(r[1]) for r in rows], np.int64),
+                             np.arange(len(rows)))
+    except (IndexError, ValueError):
+        raise UserError(f"{path}: a row does not fit the layout its header announces") from None
+    raise UserError(f"{path}: unknown TSV layout; expected a header 'sentence<TAB>label' or "
+                    f"'index<TAB>sentence', or CoLA's four columns")
+
+
+def read_sentences(path: Path) -> Sentences:
+    sentences = read_parquet(path) if path.suffix == ".parquet" else read_tsv(path)
+    if not sentences.texts:
+        raise UserError(f"{path}: no sentences")
+    return sentences
+
+
+class EncodedSentences:
+    """Token ids of every sentence ([CLS] ... [SEP], cut to seq-len), stored ragged."""
+
+    def __init__(self, sentences: Sentences, vocab, seq_len: int):
+        pieces = vocab.encode(sentences.texts)
+        ids = [[vocab.cls_id, *p[:seq_len - 2], vocab.sep_id] for p in pieces]
+        self.truncated = sum(len(p) > seq_len - 2 for p in pieces)
+        self.tokens = np.fromiter((i for sample in ids for i in sample), dtype=np.int64)
+        self.offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum([len(sample) for sample in ids], out=self.offsets[1:])
+        self.labels = sentences.labels
+        self.index = sentences.index
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def batch(self, rows: np.ndarray, pad_id: int) -> dict:
+        longest = int((self.offsets[rows + 1] - self.offsets[rows]).max())
+        width = -(-longest // 8) * 8  # few distinct shapes: fewer recompiles, aligned matmuls
+        input_ids, real = gather_padded(self.tokens, self.offsets, rows, width, pad_id)
+        return {"input_ids": input_ids, "attention_mask": real, "labels": self.labels[rows]}
+
+
+def confusion_matrix(predicted: torch.Tensor, labels: torch.Tensor, classes: int) -> torch.Tensor:
+    """counts[true, predicted], flattened."""
+    return torch.bincount(labels * classes + predicted, minlength=classes * classes)
+
+
+def matthews_correlation(confusion: np.ndarray) -> float:
+    """Matthews correlation for any number of classes (Gorodkin's R_K); 0 when undefined."""
+    total = confusion.sum()
+    correct = np.trace(confusion)
+    true_counts, predicted_counts = confusion.sum(1), confusion.sum(0)
+    numerator = correct * total - (true_counts * predicted_counts).sum()
+    denominator = np.sqrt(float(total ** 2 - (predicted_counts ** 2).sum())) * np.sqrt(
+        float(total ** 2 - (true_counts ** 2).sum()))
+    return float(numerator / denominator) if denominator else 0.0
+
+
+class ClassificationTask:
+    """Fine-tuning as the trainer sees it: a classifier on BERT, sentences in, labels out."""
+    best_metric = "accuracy"
+    lower_is_better = False
+    predictions_per_token = 0.0  # no MLM head
+
+    def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
+        self.name = config.task_type
+        self.config = config
+        self.vocab = vocab
+        self.device = device
+        self.order = BatchOrder(config.batch_size, config.seed, rank, world_size)
+        self.splits: dict[str, EncodedSentences] = {}
+        self.data("train")  # fail early on a missing train split
+
+    def data(self, split: str) -> EncodedSentences:
+        if split not in self.splits:
+            path = find_split_file(Path(self.config.datasets_dir), split)
+            encoded = EncodedSentences(read_sentences(path), self.vocab, self.config.seq_len)
+            labels = encoded.labels[encoded.labels != HIDDEN_LABEL]
+            if labels.size and (labels.min() < 0 or labels.max() >= self.config.num_labels):
+                raise UserError(f"{path}: labels range from {labels.min()} to {labels.max()}, "
+                                f"but num-labels = {self.config.num_labels}")
+            if split == "train" and labels.size < len(encoded):
+                raise UserError(f"{path}: the training split has hidden labels ({HIDDEN_LABEL})")
+            if len(encoded) < self.order.batch_size * self.order.world_size:
+                raise UserError(f"{path}: {len(encoded)} sentences are fewer than one batch "
+                                f"(batch-size {self.order.batch_size} x {self.order.world_size} processes)")
+            self.splits[split] = encoded
+        return self.splits[split]
+
+    def labels_hidden(self, split: str) -> bool:
+        return bool((self.data(split).labels == HIDDEN_LABEL).all())
+
+    def build_model(self) -> BertForSequenceClassification:
+        return BertForSequenceClassification(model_config(self.config, self.vocab))
+
+    def load_weights(self, model, checkpoint: dict, path: Path, resuming: bool, log=print):
+        """Resume a fine-tuning run, or start one from a pre-trained encoder (the MLM head is dropped)."""
+        check_compatible(path, checkpoint, self.vocab, model.config)
+        if resuming:
+            model.load_state_dict(checkpoint["model"])
+            return
+        weights = checkpoint["model"]
+        if checkpoint["model_config"]["num_labels"] != model.config.num_labels:
+            weights = {k: v for k, v in weights.items() if not k.startswith("classifier.")}
+        missing, unexpected = model.load_state_dict(weights, strict=False)
+        if any(name.startswith("encoder.") for name in missing):
+            raise UserError(f"{path}: encoder weights missing: {', '.join(missing[:5])}")
+        log(f"loaded the encoder of {path} ({checkpoint['task']} step {checkpoint['step']})")
+        log(f"  newly initialised: {', '.join(missing) or 'nothing'}")
+        log(f"  not used: {', '.join(sorted({name.split('.')[0] + '.*' for name in unexpected})) or 'nothing'}")
+
+    def train_batches(self, position: dict | None):
+        data = self.data("train")
+        return self.order.batches(position, lambda epoch: len(data),
+                                  lambda epoch, rows: data.batch(rows, self.vocab.pad_id))
+
+    def eval_batches(self, split: str, count: int | None):
+        """Evaluation sees every sentence once (the last batch may be short), or the first `count` batches."""
+        data = self.data(split)
+        rank, world = self.order.rank, self.order.world_size
+        rows = np.arange(len(data))[rank::world]
+        size = self.order.batch_size
+        batches = range(0, len(rows), size)
+        for start in batches if count is None else batches[:count]:
+            yield to_device(data.batch(rows[start:start + size], self.vocab.pad_id), self.device, False)
+
+    def loss(self, model, batch: dict, training: bool, generator=None):
+        """Mean loss and [count, confusion matrix...] for accuracy and Matthews correlation."""
+        logits, loss = model(batch["input_ids"], batch["labels"], attention_mask=batch["attention_mask"])
+        confusion = confusion_matrix(logits.argmax(-1), batch["labels"], self.config.num_labels)
+        return loss, torch.cat([batch["labels"].new_tensor([len(batch["labels"])]), confusion])
+
+    def metrics(self, loss: float, statistics: torch.Tensor) -> dict:
+        classes = self.config.num_labels
+        confusion = statistics[1:].numpy().reshape(classes, classes)
+        return {"loss": loss, "accuracy": float(np.trace(confusion) / confusion.sum()),
+                "matthews": matthews_correlation(confusion)}
+
+    @torch.no_grad()
+    def predict(self, model, split: str, autocast) -> tuple[np.ndarray, np.ndarray]:
+        """Predicted labels and the data set's index column, for a submission file."""
+        model.eval()
+        predictions = []
+        for batch in self.eval_batches(split, None):
+            with autocast:
+                logits, _ = model(batch["input_ids"], attention_mask=batch["attention_mask"])
+            predictions.append(logits.argmax(-1).cpu().numpy())
+        model.train()
+        data = self.data(split)
+        return np.concatenate(predictions), data.index[np.arange(len(data))[self.order.rank::self.order.world_size]]
+
+    @torch.no_grad()
+    def show_predictions(self, model, autocast) -> str:
+        """A few validation sentences with the predicted label and its probability."""
+        batch = next(self.eval_batches("val", 1))
+        model.eval()
+        with autocast:
+            logits, _ = model(batch["input_ids"][:4], attention_mask=batch["attention_mask"][:4])
+        model.train()
+        probabilities = logits.float().softmax(-1)
+        lines = []
+        for row in range(len(probabilities)):
+            label = int(probabilities[row].argmax())
+            ids = batch["input_ids"][row][batch["attention_mask"][row]].tolist()[1:-1]
+            text = " ".join(self.vocab.decode_tokens(ids)).replace(" ##", "")
+            lines.append(f"  {label} ({probabilities[row, label]:.2f}, true {int(batch['labels'][row])}): {text}")
+        return "predictions:\n" + "\n".join(lines)
