@@ -1,0 +1,88 @@
+"""Tests for src/vocab.py and scripts/train_vocab.py: our ids are BERT's ids, errors are one line.
+
+The vocabulary is trained on real IMDB reviews (conftest.vocab_dir) and checked against transformers.
+"""
+import pytest
+from transformers import BertTokenizer
+
+import train_vocab
+from errors import UserError
+from vocab import SPECIAL_TOKENS, load_vocab
+
+HAND_WRITTEN = [
+    "Héllo WORLD, it's a café with naïve Crème Brûlée!!! ... (really?)",
+    "ÉCOLE, Ångström and Über-cool: 10/10 -- \"five stars\" & 100% worth $9.99.",
+    "Don't... STOP; me-now! [ok] {fine} <tag> #1 @home ~tilde `quote` 'single' “curly” — dash",
+]
+
+
+@pytest.fixture(scope="module")
+def sentences(imdb_reviews, rotten_tomatoes) -> list[str]:
+    """~200 real sentences: cased IMDB text with punctuation, lower-cased Rotten Tomatoes, hand-written."""
+    return imdb_reviews[:100] + [text for text, _ in rotten_tomatoes[::20]] + HAND_WRITTEN
+
+
+def transformers_tokenizers(vocab_txt):
+    """The fast BertTokenizer, and the slow pure-Python one the original project used, if shipped."""
+    tokenizers = [BertTokenizer(str(vocab_txt))]
+    try:
+        from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy
+        tokenizers.append(BertTokenizerLegacy(str(vocab_txt)))
+    except ImportError:
+        pass
+    return tokenizers
+
+
+def test_ids_equal_transformers_bert_tokenizer(vocab_dir, sentences):
+    vocab = load_vocab(vocab_dir)
+    ours = vocab.encode(sentences)
+    assert sum(vocab.unk_id in ids for ids in ours) < len(sentences)  # the test must see real words
+    for tokenizer in transformers_tokenizers(vocab_dir / "vocab.txt"):
+        theirs = [tokenizer.encode(text, add_special_tokens=False) for text in sentences]
+        assert theirs == ours, type(tokenizer).__name__
+
+
+def test_ids_with_special_tokens_are_cls_text_sep(vocab_dir, sentences):
+    vocab = load_vocab(vocab_dir)
+    assert (vocab.cls_id, vocab.sep_id) == (2, 3)
+    for tokenizer in transformers_tokenizers(vocab_dir / "vocab.txt"):
+        for text, ids in zip(sentences, vocab.encode(sentences)):
+            assert tokenizer.encode(text) == [2] + ids + [3]
+
+
+def test_special_tokens_are_ids_0_to_4(vocab_dir):
+    vocab = load_vocab(vocab_dir)
+    assert vocab.tokens[:5] == SPECIAL_TOKENS
+    assert (vocab.pad_id, vocab.unk_id, vocab.cls_id, vocab.sep_id, vocab.mask_id) == (0, 1, 2, 3, 4)
+    assert vocab.size == 2000
+    assert vocab.lowercase
+
+
+def test_load_vocab_accepts_directory_or_file(vocab_dir):
+    from_directory, from_file = load_vocab(vocab_dir), load_vocab(vocab_dir / "vocab.txt")
+    assert from_directory.path == from_file.path == vocab_dir / "vocab.txt"
+    assert from_directory.checksum == from_file.checksum
+
+
+def test_load_vocab_missing_file_names_it(tmp_path):
+    missing = tmp_path / "nowhere" / "vocab.txt"
+    with pytest.raises(UserError, match="nowhere/vocab.txt"):
+        load_vocab(missing)
+
+
+def test_load_vocab_without_special_tokens_names_file(tmp_path):
+    file = tmp_path / "words.txt"
+    file.write_text("the\nmovie\n##s\n[PAD]\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"words\.txt.*\[UNK\]"):
+        load_vocab(file)
+
+
+def test_train_vocab_main_missing_input_exits_2_with_one_line(tmp_path, capsys):
+    out = tmp_path / "vocab"
+    with pytest.raises(SystemExit) as exit_info:
+        train_vocab.main(["-i", str(tmp_path / "absent.txt"), "-o", str(out)])
+    assert exit_info.value.code == 2
+    stderr = capsys.readouterr().err
+    assert stderr.startswith("error: ") and "absent.txt" in stderr
+    assert stderr.count("\n") == 1
+    assert not out.exists()
