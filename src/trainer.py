@@ -9,8 +9,8 @@ import os
 import signal
 import sys
 import time
-from contextlib import nullcontext
-from dataclasses import asdict
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -65,8 +65,9 @@ def select_dtype(name: str, device: torch.device) -> torch.dtype:
 def measure_matmul_flops(device: torch.device, dtype: torch.dtype, size: int = 1024,
                          seconds: float = 0.3) -> float:
     """Peak matmul rate actually reached on this device: the denominator of MFU."""
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
+    generator = torch.Generator(device=device).manual_seed(0)  # leaves the training RNG alone
+    a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
+    b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
     synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for _ in range(3):
         a @ b
@@ -163,10 +164,12 @@ def check_compatible(path: Path, checkpoint: dict, vocab, current: ModelConfig):
                             f"from the config and vocabulary")
 
 
-def rotate_checkpoints(directory: Path, keep: int, step: int):
+def rotate_checkpoints(directory: Path, keep: int):
     """checkpoint.pt is the latest; keep-1 older ones stay as checkpoint-STEP.pt."""
     latest = directory / "checkpoint.pt"
     if keep > 1 and latest.exists():
+        # mmap: reads the step without loading the tensors
+        step = torch.load(latest, map_location="cpu", weights_only=True, mmap=True)["step"]
         os.replace(latest, directory / f"checkpoint-{step}.pt")
     older = sorted(directory.glob("checkpoint-*.pt"), key=lambda p: int(p.stem.split("-")[1]))
     for stale in older[:max(0, len(older) - (keep - 1))]:
@@ -209,16 +212,24 @@ def run_dir_of(checkpoint_path: Path) -> Path | None:
 
 
 class RunLog:
-    """log.txt, the console (above the progress bar) and TensorBoard; silent off rank 0."""
+    """log.txt, the console (above the progress bar), TensorBoard and optionally Weights &
+    Biases; silent off rank 0 (run_dir None)."""
 
-    def __init__(self, run_dir: Path | None):
-        self.file = None
-        self.board = None
-        if run_dir is not None:
-            (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-            self.file = (run_dir / "logs" / "log.txt").open("a", encoding="utf-8")
-            from torch.utils.tensorboard import SummaryWriter
-            self.board = SummaryWriter(str(run_dir / "logs"))
+    def __init__(self, run_dir: Path | None, config: Config):
+        self.file = self.board = self.wandb = None
+        if run_dir is None:
+            return
+        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self.file = (run_dir / "logs" / "log.txt").open("a", encoding="utf-8")
+        from torch.utils.tensorboard import SummaryWriter
+        self.board = SummaryWriter(str(run_dir / "logs"))
+        if config.wandb:
+            try:
+                import wandb
+            except ImportError:
+                raise UserError("wandb = true, but the wandb package is not installed (pip install wandb)") from None
+            self.wandb = wandb.init(project="bert", name=run_dir.name, dir=str(run_dir),
+                                    config=config.to_dict(), resume="allow")
 
     def __call__(self, message: str):
         if self.file is None:
@@ -231,20 +242,36 @@ class RunLog:
         if self.board is not None:
             for name, value in values.items():
                 self.board.add_scalar(name, value, step)
+        if self.wandb is not None:
+            self.wandb.log(values, step=step)
 
     def close(self):
         if self.board is not None:
             self.board.close()
             self.file.close()
+        if self.wandb is not None:
+            self.wandb.finish()
 
 
 class StopRequest:
-    """SIGINT, SIGTERM or a file named `stop` in the working directory: finish the step, save, exit."""
+    """SIGINT, SIGTERM or a file named `stop` in the working directory: finish the step, save, exit.
+
+    A context manager: the handlers it installs are replaced by the previous ones on exit.
+    """
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self):
         self.reason = None
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, self._on_signal)
+        self.previous = {}
+
+    def __enter__(self):
+        for signum in self.SIGNALS:
+            self.previous[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, *exc_info):
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
 
     def _on_signal(self, signum, frame):
         self.reason = signal.Signals(signum).name
@@ -313,6 +340,65 @@ def evaluate(model: nn.Module, task, batches, autocast) -> dict:
 
 # ----------------------------------------------------------------------------- the loop
 
+@dataclass
+class Run:
+    """What a training run carries from step to step."""
+    model: nn.Module
+    compiled: nn.Module  # the model under torch.compile (or the model itself)
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    mask_generator: torch.Generator
+    run_dir: Path | None  # None off rank 0
+    log: RunLog
+    finite: torch.Tensor  # on the device: False once any loss was nan or inf
+    step: int = 0
+    position: dict | None = None  # of the data stream, for exact resume
+    best: float | None = None
+
+    @property
+    def checkpoints(self) -> Path | None:
+        return self.run_dir / "checkpoints" if self.run_dir else None
+
+
+class Throughput:
+    """Loss, tokens/s and MFU between two log lines, evaluation time left out."""
+
+    def __init__(self, trainer: "Trainer", step: int):
+        self.trainer = trainer
+        self.flops_per_token = None
+        self.peak = measure_matmul_flops(trainer.device, trainer.dtype) if trainer.rank == 0 else 1.0
+        self.loss_sum = torch.zeros((), device=trainer.device)
+        self.tokens = 0  # from batch shapes, padding included: no device sync
+        self.since, self.since_step, self.pause = time.perf_counter(), step, 0.0
+
+    @contextmanager
+    def paused(self):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.pause += time.perf_counter() - started
+
+    def log(self, run: Run) -> float:
+        """Write the train line and scalars; returns the mean loss since the last line."""
+        trainer, config = self.trainer, self.trainer.config
+        if self.flops_per_token is None:
+            self.flops_per_token = flops_per_token(unwrap(run.model).config, config.seq_len,
+                                                   trainer.task.predictions_per_token)
+        elapsed = time.perf_counter() - self.since - self.pause
+        mean_loss = self.loss_sum.item() / ((run.step - self.since_step) * config.grad_accum_steps)
+        tokens_per_sec = self.tokens / elapsed
+        mfu = self.flops_per_token * tokens_per_sec / trainer.world_size / self.peak
+        lr = cosine_lr(run.step - 1, config)
+        run.log(f"step {run.step} | loss {mean_loss:.4f} | lr {lr:.2e} | {tokens_per_sec:,.0f} tok/s | mfu {mfu:.1%}")
+        run.log.scalars(run.step, {"train/loss": mean_loss, "train/lr": lr,
+                                   "train/tokens_per_sec": tokens_per_sec, "train/mfu": mfu})
+        self.loss_sum.zero_()
+        self.tokens = 0
+        self.since, self.since_step, self.pause = time.perf_counter(), run.step, 0.0
+        return mean_loss
+
+
 class Trainer:
     def __init__(self, config: Config, task, rank: int = 0, world_size: int = 1):
         self.config = config
@@ -336,126 +422,122 @@ class Trainer:
 
     def fit(self, checkpoint_path: Path | None = None) -> Path:
         """Train from scratch, resume a run, or start a new task from a checkpoint."""
+        run = self.start(checkpoint_path)
+        try:
+            with StopRequest() as stop:
+                self.train(run, stop)
+        finally:
+            run.log.close()
+        return run.run_dir
+
+    def start(self, checkpoint_path: Path | None) -> "Run":
+        """Model, optimizer and run directory; from a checkpoint when given one."""
         config, task, device = self.config, self.task, self.device
         torch.manual_seed(config.seed + self.rank)
         model = task.build_model().to(device)
-        mask_generator = torch.Generator(device=device)
-        mask_generator.manual_seed(config.seed + 1000 + self.rank)
-
+        mask_generator = torch.Generator(device=device).manual_seed(config.seed + 1000 + self.rank)
         checkpoint = load_checkpoint(checkpoint_path) if checkpoint_path else None
         resuming = checkpoint is not None and checkpoint["task"] == task.name
-        step, position, best = 0, None, None
         run_dir = run_dir_of(checkpoint_path) if resuming else None
-        is_writer = self.rank == 0
-        if run_dir is None and is_writer:
-            run_dir = create_run_dir(Path(config.runs_dir))
-        log = RunLog(run_dir if is_writer else None)
+        if run_dir is None and self.rank == 0:
+            run_dir = create_run_dir(Path(config.runs_dir).absolute())
+        log = RunLog(run_dir if self.rank == 0 else None, config)
         if checkpoint is not None:
             task.load_weights(model, checkpoint, checkpoint_path, resuming, log)
-        optimizer = make_optimizer(model, config, log)
+        run = Run(model=model, compiled=torch.compile(model) if config.compile else model,
+                  optimizer=make_optimizer(model, config, log), mask_generator=mask_generator,
+                  scaler=torch.amp.GradScaler(device.type, enabled=self.dtype == torch.float16),
+                  run_dir=run_dir, log=log, finite=torch.ones((), dtype=torch.bool, device=device))
         if resuming:
-            optimizer.load_state_dict(checkpoint["optimizer"])
+            run.optimizer.load_state_dict(checkpoint["optimizer"])
             restore_rng(checkpoint["rng"], mask_generator)
-            step, best = checkpoint["step"], checkpoint["best"]
-            position = checkpoint["data_position"]
-            log(f"resuming {checkpoint_path} at step {step}")
+            run.step, run.best, run.position = checkpoint["step"], checkpoint["best"], checkpoint["data_position"]
+            log(f"resuming {checkpoint_path} at step {run.step}")
         self.log_header(log, model, run_dir)
+        return run
 
-        scaler = torch.amp.GradScaler(device.type, enabled=self.dtype == torch.float16)
-        compiled = torch.compile(model) if config.compile else model
-        stop = StopRequest()
-        checkpoints_dir = run_dir / "checkpoints" if run_dir else None
-
-        def save(kind: str):
-            if not is_writer:
-                return
-            checkpoints_dir.mkdir(parents=True, exist_ok=True)
-            state = {"format": CHECKPOINT_FORMAT, "task": task.name, "step": step,
-                     "model": unwrap(model).state_dict(), "optimizer": optimizer.state_dict(),
-                     "config": config.to_dict(), "model_config": asdict(unwrap(model).config),
-                     "vocab_checksum": task.vocab.checksum, "vocab": list(task.vocab.tokens), "data_position": position,
-                     "rng": rng_state(mask_generator), "best": best}
-            if kind == "best":
-                save_checkpoint(checkpoints_dir / "best.pt", state)
-            else:
-                rotate_checkpoints(checkpoints_dir, config.max_checkpoints, step)
-                save_checkpoint(checkpoints_dir / "checkpoint.pt", state)
-
-        batches = prefetch(task.train_batches(position), device, config.async_to_device)
-        flops = flops_per_token(unwrap(model).config, config.seq_len, task.predictions_per_token)
-        peak = measure_matmul_flops(device, self.dtype) if is_writer else 1.0
-        tokens_per_step = config.batch_size * config.seq_len * config.grad_accum_steps * self.world_size
-        # disable=None: a bar on a terminal, none in CI logs (the log lines say the same).
-        progress = tqdm(total=config.max_iters, initial=step, disable=None if is_writer else True,
-                        dynamic_ncols=True)
-        loss_sum = torch.zeros((), device=device)
-        finite = torch.ones((), dtype=torch.bool, device=device)
-        last_log_time, last_log_step = time.perf_counter(), step
-        stopped_by = None
-
-        while step < config.max_iters:
-            lr = cosine_lr(step, config)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            for micro in range(config.grad_accum_steps):
-                position, batch = next(batches)
-                sync = micro == config.grad_accum_steps - 1
-                with (nullcontext() if sync or self.world_size == 1 else compiled.no_sync()):
-                    with self.autocast:
-                        loss, _ = task.loss(compiled, batch, training=True, generator=mask_generator)
-                    scaler.scale(loss / config.grad_accum_steps).backward()
-                loss_sum += loss.detach().float()
-                finite &= torch.isfinite(loss.detach())
-            if config.grad_clip > 0:
-                scaler.unscale_(optimizer)
-                nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
+    def train(self, run: "Run", stop: StopRequest):
+        """The loop: lr for this step, micro-steps, clip, step; log, validate, save, stop."""
+        config = self.config
+        batches = prefetch(self.task.train_batches(run.position), self.device, config.async_to_device)
+        meter = Throughput(self, run.step)
+        progress = tqdm(total=config.max_iters, initial=run.step, dynamic_ncols=True,
+                        disable=None if self.rank == 0 else True)  # None: a bar on terminals only
+        while run.step < config.max_iters:
+            self.train_step(run, batches, meter)
             progress.update(1)
-
-            at_log = step % config.log_interval == 0 or step == config.max_iters
-            at_val = step % config.val_interval == 0 or step == config.max_iters
-            if stop.requested():
-                stopped_by = stop.reason
-            if at_log or at_val or stopped_by:
-                if not finite.item():
-                    raise UserError(f"loss is not finite (nan or inf) near step {step}: run stopped; "
-                                    f"the last good checkpoint is in {checkpoints_dir}")
+            at_log = run.step % config.log_interval == 0 or run.step == config.max_iters
+            at_val = run.step % config.val_interval == 0 or run.step == config.max_iters
+            stopping = stop.requested()
+            if (at_log or at_val or stopping) and not run.finite.item():
+                raise UserError(f"loss is not finite (nan or inf) near step {run.step}: run stopped; "
+                                f"the last good checkpoint is in {run.checkpoints}")
             if at_log:
-                elapsed = time.perf_counter() - last_log_time
-                steps = step - last_log_step
-                mean_loss = loss_sum.item() / (steps * config.grad_accum_steps)
-                tokens_per_sec = tokens_per_step * steps / elapsed
-                mfu = flops * tokens_per_sec / self.world_size / peak
-                log(f"step {step} | loss {mean_loss:.4f} | lr {lr:.2e} | {tokens_per_sec:,.0f} tok/s | mfu {mfu:.1%}")
-                log.scalars(step, {"train/loss": mean_loss, "train/lr": lr,
-                                   "train/tokens_per_sec": tokens_per_sec, "train/mfu": mfu})
-                progress.set_postfix(loss=f"{mean_loss:.3f}")
-                loss_sum.zero_()
-                last_log_time, last_log_step = time.perf_counter(), step
+                progress.set_postfix(loss=f"{meter.log(run):.3f}")
             if at_val:
-                metrics = evaluate(compiled, task, task.eval_batches("val", config.val_iters), self.autocast)
-                log(f"step {step} | " + " | ".join(f"val {name} {value:.4f}" for name, value in metrics.items()))
-                log.scalars(step, {f"val/{name}": value for name, value in metrics.items()})
-                if is_writer:
-                    log(task.show_predictions(compiled, self.autocast))
-                score = metrics[task.best_metric]
-                improved = best is None or (score < best if task.lower_is_better else score > best)
-                if improved:
-                    best = score
-                    save("best")
-                save("latest")
-                last_log_time = time.perf_counter()  # evaluation time is not training throughput
-            if stopped_by:
+                with meter.paused():
+                    self.validate(run)
+            if stopping:
                 if not at_val:
-                    save("latest")
-                log(f"stopped by {stopped_by} at step {step}; checkpoint saved in {checkpoints_dir}")
+                    self.save(run, "latest")
+                run.log(f"stopped by {stop.reason} at step {run.step}; checkpoint saved in {run.checkpoints}")
                 break
         progress.close()
-        log.close()
-        return run_dir
+
+    def train_step(self, run: "Run", batches, meter: "Throughput"):
+        """One optimizer step over grad-accum-steps micro-batches; no host sync."""
+        config, accumulation = self.config, self.config.grad_accum_steps
+        for group in run.optimizer.param_groups:
+            group["lr"] = cosine_lr(run.step, config)
+        for micro in range(accumulation):
+            run.position, batch = next(batches)
+            meter.tokens += batch["input_ids"].numel() * self.world_size
+            last = micro == accumulation - 1
+            with nullcontext() if last or self.world_size == 1 else run.compiled.no_sync():
+                with self.autocast:
+                    loss, _ = self.task.loss(run.compiled, batch, training=True, generator=run.mask_generator)
+                run.scaler.scale(loss / accumulation).backward()
+            meter.loss_sum += loss.detach().float()
+            run.finite &= torch.isfinite(loss.detach())
+        if config.grad_clip > 0:
+            run.scaler.unscale_(run.optimizer)
+            nn.utils.clip_grad_norm_(run.model.parameters(), config.grad_clip)
+        run.scaler.step(run.optimizer)
+        run.scaler.update()
+        run.optimizer.zero_grad(set_to_none=True)
+        run.step += 1
+
+    def validate(self, run: "Run"):
+        """Validation metrics in the log, predictions shown, best.pt and checkpoint.pt saved."""
+        task = self.task
+        metrics = evaluate(run.compiled, task, task.eval_batches("val", self.config.val_iters), self.autocast)
+        run.log(f"step {run.step} | " + " | ".join(f"val {name} {value:.4f}" for name, value in metrics.items()))
+        run.log.scalars(run.step, {f"val/{name}": value for name, value in metrics.items()})
+        if self.rank == 0:
+            run.log(task.show_predictions(run.compiled, self.autocast))
+        score = metrics[task.best_metric]
+        if run.best is None or (score < run.best if task.lower_is_better else score > run.best):
+            run.best = score
+            self.save(run, "best")
+        self.save(run, "latest")
+
+    def save(self, run: "Run", kind: str):
+        """best.pt, or checkpoint.pt with the older ones rotated; rank 0 writes."""
+        if self.rank != 0:
+            return
+        directory = run.checkpoints
+        directory.mkdir(parents=True, exist_ok=True)
+        model = unwrap(run.model)
+        state = {"format": CHECKPOINT_FORMAT, "task": self.task.name, "step": run.step,
+                 "model": model.state_dict(), "optimizer": run.optimizer.state_dict(),
+                 "config": self.config.to_dict(), "model_config": asdict(model.config),
+                 "vocab_checksum": self.task.vocab.checksum, "vocab": list(self.task.vocab.tokens),
+                 "data_position": run.position, "rng": rng_state(run.mask_generator), "best": run.best}
+        if kind == "best":
+            save_checkpoint(directory / "best.pt", state)
+        else:
+            rotate_checkpoints(directory, self.config.max_checkpoints)
+            save_checkpoint(directory / "checkpoint.pt", state)
 
     def test(self, checkpoint_path: Path) -> dict:
         """Score a checkpoint on the test split and save the metrics in its run directory;

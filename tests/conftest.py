@@ -58,3 +58,115 @@ def vocab_dir(imdb_corpus, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("vocab")
     train_vocab([imdb_corpus], out, vocab_size=2000, show_progress=False)
     return out
+
+
+# ----------------------------------------------------------------------------- training fixtures
+
+MLM_SEQ_LEN = 64
+
+# A model small enough to train for a hundred steps in seconds on two CPU cores; float32 and no
+# compilation so that two runs in one process give bit-identical losses.
+MLM_SETTINGS = {
+    "seq-len": MLM_SEQ_LEN, "batch-size": 16, "d-model": 64, "heads": 2, "n-layer": 2, "d-ff": 128,
+    "dropout": 0.1, "learning-rate": 2e-3, "min-learning-rate": 2e-4, "warmup-iters": 10,
+    "lr-decay-iters": 20, "max-iters": 20, "val-interval": 10, "val-iters": 4, "log-interval": 1,
+    "device": "cpu", "dtype": "float32", "compile": "false",
+    "dataset-pattern": f"train_imdb_{MLM_SEQ_LEN}_*.msgpack",
+    "val-dataset-pattern": f"val_imdb_{MLM_SEQ_LEN}_*.msgpack",
+    "test-dataset-pattern": f"test_imdb_{MLM_SEQ_LEN}_*.msgpack",
+}
+
+
+def prepare_mlm_base_dir(base: Path, corpus: Path, vocab_dir: Path, *prepare_options: str) -> Path:
+    """base/vocab/vocab.txt and base/datasets/{train,val,test}_imdb_64_123.msgpack.gz."""
+    import shutil
+    import prepare_mlm_dataset
+    (base / "vocab").mkdir(parents=True)
+    shutil.copy(vocab_dir / "vocab.txt", base / "vocab" / "vocab.txt")
+    prepare_mlm_dataset.main(["-i", str(corpus), "-l", "imdb", "-o", str(base / "datasets"),
+                              "-m", str(MLM_SEQ_LEN), "-v", str(base / "vocab"), "-s", "123",
+                              *prepare_options])
+    return base
+
+
+@pytest.fixture(scope="session")
+def mlm_base_dir(imdb_corpus, vocab_dir, tmp_path_factory) -> Path:
+    """A base directory with vocab/ and datasets/ (unmasked shards of 64 tokens, seed 123)."""
+    return prepare_mlm_base_dir(tmp_path_factory.mktemp("mlm_base"), imdb_corpus, vocab_dir,
+                                "--masking", "none")
+
+
+def write_mlm_config(directory: Path, **settings) -> Path:
+    """directory/config.ini: MLM_SETTINGS with `settings` (keys with '_' or '-') on top."""
+    values = MLM_SETTINGS | {key.replace("_", "-"): value for key, value in settings.items()}
+    path = directory / "config.ini"
+    path.write_text("".join(f"{key} = {value}\n" for key, value in values.items()), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def mlm_config():
+    """write_mlm_config(directory, **settings): the small test model's config.ini."""
+    return write_mlm_config
+
+
+def make_mlm_workdir(base: Path, directory: Path, **settings) -> Path:
+    """A fresh copy of a base directory (vocab/, datasets/) with its own config.ini and no runs."""
+    import shutil
+    directory.mkdir(parents=True)
+    for name in ("vocab", "datasets"):
+        shutil.copytree(base / name, directory / name)
+    write_mlm_config(directory, **settings)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def mlm_workdir_factory(mlm_base_dir):
+    """make(directory, **settings): a copy of mlm_base_dir with config.ini, ready to train in."""
+    return lambda directory, **settings: make_mlm_workdir(mlm_base_dir, directory, **settings)
+
+
+@pytest.fixture
+def keep_signal_handlers():
+    """Trainer.fit installs SIGINT/SIGTERM handlers; give pytest its own back afterwards."""
+    import signal
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+@pytest.fixture
+def mlm_workdir(mlm_workdir_factory, tmp_path, monkeypatch, keep_signal_handlers) -> Path:
+    """The current directory for one test: a copy of mlm_base_dir with the default config.ini."""
+    directory = mlm_workdir_factory(tmp_path / "work")
+    monkeypatch.chdir(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def mlm_static_base_dir(imdb_corpus, vocab_dir, tmp_path_factory) -> Path:
+    """Like mlm_base_dir, but with the masks stored in the shards (--masking static)."""
+    return prepare_mlm_base_dir(tmp_path_factory.mktemp("mlm_static_base"), imdb_corpus, vocab_dir,
+                                "--masking", "static")
+
+
+@pytest.fixture(scope="session")
+def mlm_trained_run(mlm_base_dir, tmp_path_factory) -> Path:
+    """A finished 40-step run: a base directory with runs/run0 (validation every 5 steps, 3 checkpoints kept)."""
+    import signal
+    import main
+    import trainer
+    directory = make_mlm_workdir(mlm_base_dir, tmp_path_factory.mktemp("trained") / "work",
+                                 max_iters=40, lr_decay_iters=40, val_interval=5, max_checkpoints=3)
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            # The MFU denominator costs seconds of large matmuls; its exact value is not tested.
+            patch.setattr(trainer, "measure_matmul_flops", lambda device, dtype: 1e12)
+            patch.chdir(directory)
+            main.main([])
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+    return directory

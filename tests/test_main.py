@@ -1,0 +1,114 @@
+"""The command line: every user mistake ends with exit code 2 and one line `error: ...` on stderr,
+never a traceback; --help exits 0. Each case is a real `python src/main.py` process."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# name -> (arguments, what the error line must contain); {checkpoint}, {workdir} are filled in.
+# Run as real processes: each pays about two seconds of CPU for importing torch.
+PROCESS_ERRORS = {
+    "unknown config key": (["--config", "{workdir}/typo.ini"],
+                           "unknown key 'lerning-rate' (did you mean 'learning-rate'?)"),
+    "missing config.ini": ([], "config.ini not found"),  # run in an empty directory
+    "bad override value": (["--batch-size", "many"], "--batch-size many: expected an integer"),
+    "missing checkpoint": (["--cp", "nothing.pt"], "nothing.pt: checkpoint not found"),
+    "no matching shard": (["--dataset-pattern", "train_nothing_*.msgpack"],
+                          "no shard file matches train_nothing_*.msgpack"),
+    "other architecture": (["--cp", "{checkpoint}", "--d-model", "128"],
+                           "d_model is 64 in the checkpoint but 128"),
+    "other vocabulary": (["--cp", "{checkpoint}", "--vocab", "{workdir}/other_vocab.txt"], "another vocabulary"),
+    "corrupt checkpoint": (["--cp", "{workdir}/corrupt.pt"], "corrupt.pt: not a readable checkpoint"),
+}
+# The same path through main(), called in this process.
+IN_PROCESS_ERRORS = {
+    "missing --config file": (["--config", "{workdir}/nothing.ini"], "nothing.ini: config file not found"),
+    "unknown option": (["--lerning-rate", "1e-3"], "--lerning-rate: unknown option (did you mean --learning-rate?)"),
+    "override out of range": (["--dropout", "1.5"], "--dropout 1.5: expected a number in [0, 1)"),
+    "foreign checkpoint": (["--cp", "{workdir}/foreign.pt"], "foreign.pt: not a checkpoint of this program"),
+    "--test without --cp": (["--test"], "--test needs a checkpoint"),
+    "checkpoint with fewer layers": (["--cp", "{checkpoint}", "--n-layer", "3"],
+                                     "n_layer is 2 in the checkpoint but 3"),
+}
+
+
+def make_error_inputs(workdir: Path) -> None:
+    """A config with a typo, a vocabulary with two tokens swapped, a random and a foreign .pt file."""
+    config = (workdir / "config.ini").read_text(encoding="utf-8")
+    (workdir / "typo.ini").write_text(config.replace("learning-rate = ", "lerning-rate = ", 1), encoding="utf-8")
+    tokens = (workdir / "vocab" / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    tokens[100], tokens[101] = tokens[101], tokens[100]  # same size and architecture, other ids
+    (workdir / "other_vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    (workdir / "corrupt.pt").write_bytes(os.urandom(4096))
+    torch.save({"weights": torch.zeros(3)}, workdir / "foreign.pt")
+
+
+@pytest.fixture(scope="module")
+def outcomes(mlm_workdir_factory, mlm_trained_run, tmp_path_factory) -> dict:
+    """Every case of PROCESS_ERRORS plus --help, run as processes side by side: name -> CompletedProcess;
+    and the "workdir" they ran in, the "checkpoint" they used."""
+    workdir = mlm_workdir_factory(tmp_path_factory.mktemp("errors") / "work")
+    empty = tmp_path_factory.mktemp("empty")
+    make_error_inputs(workdir)
+    checkpoint = mlm_trained_run / "runs" / "run0" / "checkpoints" / "checkpoint.pt"
+    cases = {name: args for name, (args, _) in PROCESS_ERRORS.items()} | {"--help": ["--help"]}
+    processes = {}
+    for name, args in cases.items():
+        cwd = empty if name == "missing config.ini" else workdir
+        args = [arg.format(checkpoint=checkpoint, workdir=workdir) for arg in args]
+        processes[name] = subprocess.Popen([sys.executable, str(ROOT / "src" / "main.py"), *args], cwd=cwd,
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    results = {}
+    for name, process in processes.items():
+        try:
+            stdout, stderr = process.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate()
+        results[name] = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    results["workdir"], results["checkpoint"] = workdir, checkpoint
+    return results
+
+
+def check_error_line(stderr: str, expected: str) -> None:
+    assert "Traceback" not in stderr, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    assert expected in lines[0]
+
+
+@pytest.mark.parametrize("case", PROCESS_ERRORS)
+def test_user_error_is_one_line_with_exit_code_2(outcomes, case):
+    result = outcomes[case]
+    check_error_line(result.stderr, PROCESS_ERRORS[case][1])
+    assert result.returncode == 2
+
+
+@pytest.mark.parametrize("case", IN_PROCESS_ERRORS)
+def test_user_error_in_process(outcomes, case, monkeypatch, capsys, keep_signal_handlers):
+    import main
+    monkeypatch.chdir(outcomes["workdir"])
+    args, expected = IN_PROCESS_ERRORS[case]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main.main([arg.format(checkpoint=outcomes["checkpoint"], workdir=outcomes["workdir"]) for arg in args])
+    assert exit_info.value.code == 2
+    check_error_line(capsys.readouterr().err, expected)
+
+
+def test_failed_start_leaves_no_run_directory(outcomes):
+    assert not (outcomes["workdir"] / "runs").exists()
+
+
+def test_help_exits_0_and_lists_the_options(outcomes):
+    result = outcomes["--help"]
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage:")
+    for option in ("--config", "--cp", "--test", "--KEY VALUE"):
+        assert option in result.stdout
+    assert result.stderr == ""

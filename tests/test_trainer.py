@@ -1,0 +1,363 @@
+"""The training loop on real IMDB shards: schedule, learning, exact resume, checkpoints, stop
+requests (file and SIGTERM), NaN guard, test scores, run directories and TensorBoard scalars."""
+import gzip
+import json
+import math
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import pytest
+import torch
+
+import main
+import trainer
+from config import Config
+from mlm_dataset import MaskedLMTask
+from shards import read_shard
+from trainer import cosine_lr
+from vocab import load_vocab
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECKPOINT_KEYS = {"model", "optimizer", "config", "step", "data_position", "rng", "best"}
+SCALAR_TAGS = {"train/loss", "train/lr", "train/tokens_per_sec", "train/mfu", "val/loss", "val/accuracy"}
+
+
+def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of a run's TensorBoard event files: tag -> [(step, value)]."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    events = EventAccumulator(str(run_dir / "logs"), size_guidance={"scalars": 0})
+    events.Reload()
+    return {tag: [(event.step, event.value) for event in events.Scalars(tag)]
+            for tag in events.Tags()["scalars"]}
+
+
+def load(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+@pytest.fixture
+def skip_flops_measurement(monkeypatch):
+    """The MFU denominator takes seconds of 1024x1024 matmuls per run; a constant will do here."""
+    monkeypatch.setattr(trainer, "measure_matmul_flops", lambda device, dtype: 1e12)
+
+
+@pytest.fixture
+def training_losses(monkeypatch) -> list[float]:
+    """The loss of every training micro-step of in-process runs, in order, as Python floats."""
+    losses = []
+    original = MaskedLMTask.loss
+
+    def recording_loss(self, model, batch, training, generator=None):
+        result = original(self, model, batch, training, generator)
+        if training:
+            losses.append(result[0].item())
+        return result
+
+    monkeypatch.setattr(MaskedLMTask, "loss", recording_loss)
+    return losses
+
+
+# ----------------------------------------------------------------------------- schedule
+
+def test_cosine_lr_warms_up_linearly_then_decays_to_the_minimum():
+    config = Config(learning_rate=1e-3, min_learning_rate=1e-4, warmup_iters=10, lr_decay_iters=100)
+    rates = [cosine_lr(step, config) for step in range(120)]
+
+    warmup = np.array(rates[:11])
+    assert 0 < warmup[0] < warmup[-1]
+    assert np.allclose(np.diff(warmup), warmup[0])  # equal increments, starting from zero
+    assert rates[10] == pytest.approx(1e-3)  # the peak, at the end of warmup
+    assert max(rates) == pytest.approx(1e-3)
+    assert rates[55] == pytest.approx((1e-3 + 1e-4) / 2)  # halfway through the cosine
+    assert all(later < earlier for earlier, later in zip(rates[10:100], rates[11:101]))
+    assert rates[100:] == [pytest.approx(1e-4)] * 20
+
+
+def test_cosine_lr_without_warmup_starts_at_the_peak():
+    config = Config(learning_rate=1e-3, min_learning_rate=0.0, warmup_iters=0, lr_decay_iters=50)
+    assert cosine_lr(0, config) == pytest.approx(1e-3)
+    assert cosine_lr(50, config) == 0.0
+
+
+# ----------------------------------------------------------------------------- learning
+
+def test_training_lowers_validation_loss_and_beats_chance(mlm_trained_run):
+    vocab_size = load_vocab(mlm_trained_run / "vocab").size
+    values = scalars(mlm_trained_run / "runs" / "run0")
+    val_loss = [value for _, value in values["val/loss"]]
+    accuracy = [value for _, value in values["val/accuracy"]]
+    assert [step for step, _ in values["val/loss"]] == list(range(5, 41, 5))
+
+    # An untrained model scores about ln(vocab size) and 1/vocab size; unigram statistics alone
+    # reach about ln(V) - 1.2 and 4% within these 40 steps.
+    assert val_loss[0] > val_loss[-1] + 0.8
+    assert val_loss[-1] < math.log(vocab_size) - 1.0
+    assert accuracy[-1] > 20 / vocab_size
+    train_loss = [value for _, value in values["train/loss"]]
+    assert np.mean(train_loss[-10:]) < np.mean(train_loss[:10]) - 0.8
+
+
+def test_log_has_a_line_per_step_and_per_validation(mlm_trained_run):
+    log = (mlm_trained_run / "runs" / "run0" / "logs" / "log.txt").read_text(encoding="utf-8")
+    train_steps = [int(step) for step in re.findall(r"^step (\d+) \| loss [\d.]+ \| lr ", log, re.M)]
+    val_steps = [int(step) for step in re.findall(r"^step (\d+) \| val loss [\d.]+ \| val accuracy ", log, re.M)]
+    assert train_steps == list(range(1, 41))
+    assert val_steps == list(range(5, 41, 5))
+
+
+def test_tensorboard_has_train_and_validation_scalars(mlm_trained_run):
+    values = scalars(mlm_trained_run / "runs" / "run0")
+    assert SCALAR_TAGS <= set(values)
+    assert [step for step, _ in values["train/loss"]] == list(range(1, 41))
+    assert [step for step, _ in values["val/accuracy"]] == list(range(5, 41, 5))
+    lr = dict(values["train/lr"])
+    assert lr[1] < lr[10] and lr[40] == pytest.approx(2e-4, rel=0.05)  # warmup, then decayed to the minimum
+    assert all(value > 0 for _, value in values["train/tokens_per_sec"] + values["train/mfu"])
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+def test_checkpoints_load_safely_and_hold_the_training_state(mlm_trained_run):
+    checkpoints = mlm_trained_run / "runs" / "run0" / "checkpoints"
+    latest = load(checkpoints / "checkpoint.pt")
+    assert CHECKPOINT_KEYS <= set(latest)
+    assert latest["step"] == 40
+    assert latest["config"]["max-iters"] == 40
+    assert latest["data_position"] == {"epoch": 0, "batch": 40}
+    assert latest["optimizer"]["state"]  # Adam moments
+    assert latest["optimizer"]["param_groups"][0]["lr"] == pytest.approx(2e-4, rel=0.05)
+    assert {"torch", "mask"} <= set(latest["rng"])
+
+    best = load(checkpoints / "best.pt")
+    assert CHECKPOINT_KEYS <= set(best)
+    val_loss = scalars(mlm_trained_run / "runs" / "run0")["val/loss"]
+    best_step, best_loss = min(val_loss, key=lambda item: item[1])
+    assert best["step"] == best_step and best["best"] == pytest.approx(best_loss)
+    assert latest["best"] == pytest.approx(best_loss)
+
+
+def test_max_checkpoints_keeps_the_latest_and_older_ones(mlm_trained_run):
+    checkpoints = mlm_trained_run / "runs" / "run0" / "checkpoints"
+    older = sorted(checkpoints.glob("checkpoint-*.pt"))
+    assert (checkpoints / "checkpoint.pt").is_file()
+    assert len(older) == 2  # max-checkpoints 3, eight validations
+    for path in older:
+        assert CHECKPOINT_KEYS <= set(load(path))
+
+
+def test_rotated_checkpoints_are_named_after_their_own_step(mlm_trained_run):
+    checkpoints = mlm_trained_run / "runs" / "run0" / "checkpoints"
+    steps = {path.name: load(path)["step"] for path in checkpoints.glob("checkpoint-*.pt")}
+    assert steps == {"checkpoint-30.pt": 30, "checkpoint-35.pt": 35}
+
+
+def run_to(steps: int, *extra: str):
+    main.main(["--max-iters", str(steps), *extra])
+
+
+def check_resume_equivalence(mlm_workdir_factory, tmp_path, monkeypatch, losses, **settings):
+    """Losses of steps N+1..2N: one run of 2N steps vs N steps, then resumed to 2N."""
+    n = 5
+    settings = {"lr_decay_iters": 2 * n, "val_interval": n, **settings}
+    monkeypatch.chdir(mlm_workdir_factory(tmp_path / "straight", **settings))
+    run_to(2 * n)
+    straight = losses[:]
+    assert len(straight) == 2 * n
+
+    monkeypatch.chdir(mlm_workdir_factory(tmp_path / "resumed", **settings))
+    losses.clear()
+    run_to(n)
+    assert losses == straight[:n]  # the same start; else the comparison below means nothing
+    losses.clear()
+    run_to(2 * n, "--cp", "runs/run0/checkpoints/checkpoint.pt")
+    assert np.allclose(losses, straight[n:], rtol=0, atol=1e-5), (losses, straight[n:])
+    assert load(Path("runs/run0/checkpoints/checkpoint.pt"))["step"] == 2 * n
+    assert not Path("runs/run1").exists()  # a resumed run writes into its own run directory
+    log = Path("runs/run0/logs/log.txt").read_text(encoding="utf-8")
+    assert "resuming runs/run0/checkpoints/checkpoint.pt at step 5" in log
+
+
+def test_resume_without_dropout_continues_exactly(mlm_workdir_factory, tmp_path, monkeypatch, training_losses,
+                                                  keep_signal_handlers, skip_flops_measurement):
+    """Data position, masking generator, optimizer and schedule are restored."""
+    check_resume_equivalence(mlm_workdir_factory, tmp_path, monkeypatch, training_losses, dropout=0.0)
+
+
+def test_resume_with_dropout_continues_exactly(mlm_workdir_factory, tmp_path, monkeypatch, training_losses,
+                                               keep_signal_handlers):
+    """The global torch RNG (dropout) is restored too."""
+    check_resume_equivalence(mlm_workdir_factory, tmp_path, monkeypatch, training_losses, dropout=0.1)
+
+
+def test_second_run_gets_its_own_directory(mlm_workdir, skip_flops_measurement):
+    run_to(2)
+    first_log = Path("runs/run0/logs/log.txt").read_text(encoding="utf-8")
+    first_checkpoint = Path("runs/run0/checkpoints/checkpoint.pt").read_bytes()
+    run_to(3)
+    assert sorted(path.name for path in Path("runs").iterdir()) == ["run0", "run1"]
+    assert Path("runs/run0/logs/log.txt").read_text(encoding="utf-8") == first_log
+    assert Path("runs/run0/checkpoints/checkpoint.pt").read_bytes() == first_checkpoint
+    assert load(Path("runs/run1/checkpoints/checkpoint.pt"))["step"] == 3
+    assert "run directory: runs/run1" in Path("runs/run1/logs/log.txt").read_text(encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------- stopping
+
+def test_stop_file_ends_the_run_after_the_step_with_a_checkpoint(mlm_workdir, monkeypatch, skip_flops_measurement):
+    original = MaskedLMTask.loss
+    calls = []
+
+    def loss_then_stop(self, model, batch, training, generator=None):
+        if training:
+            calls.append(1)
+            if len(calls) == 3:
+                Path("stop").touch()  # during step 3
+        return original(self, model, batch, training, generator)
+
+    monkeypatch.setattr(MaskedLMTask, "loss", loss_then_stop)
+    run_dir = main.run(main.load_config(None, ["--max-iters", "1000"]), None, False)
+    assert len(calls) == 3
+    assert not Path("stop").exists()  # consumed, so the next run is not stopped too
+    assert load(Path("runs/run0/checkpoints/checkpoint.pt"))["step"] == 3
+    assert Path(run_dir).resolve() == (mlm_workdir / "runs" / "run0").resolve()
+    log = Path("runs/run0/logs/log.txt").read_text(encoding="utf-8")
+    assert "stopped by the file ./stop at step 3" in log
+
+
+def wait_for(condition, timeout: float, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process.poll() is not None:
+            raise AssertionError(f"the run ended early: {process.communicate()}")
+        if time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"gave up waiting after {timeout} s: {process.communicate()}")
+        time.sleep(0.1)
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_cleanly(mlm_workdir):
+    log = mlm_workdir / "runs" / "run0" / "logs" / "log.txt"
+    process = subprocess.Popen([sys.executable, str(ROOT / "src" / "main.py"), "--max-iters", "100000"],
+                               cwd=mlm_workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: log.is_file() and re.search(r"^step \d+ \| loss", log.read_text(encoding="utf-8"), re.M),
+             timeout=120, process=process)
+    process.send_signal(signal.SIGTERM)
+    try:
+        _, stderr = process.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    assert process.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    checkpoint = load(mlm_workdir / "runs" / "run0" / "checkpoints" / "checkpoint.pt")
+    assert 1 <= checkpoint["step"] < 100000
+    assert f"stopped by SIGTERM at step {checkpoint['step']}" in log.read_text(encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------- NaN guard
+
+def test_nan_loss_stops_with_one_line_and_keeps_the_good_checkpoint(mlm_workdir, monkeypatch, capsys,
+                                                                  skip_flops_measurement):
+    run_to(2, "--val-interval", "2")
+    checkpoints = mlm_workdir / "runs" / "run0" / "checkpoints"
+    good = {name: (checkpoints / name).read_bytes() for name in ("checkpoint.pt", "best.pt")}
+
+    original = MaskedLMTask.loss
+
+    def loss_turning_nan(self, model, batch, training, generator=None):
+        result = original(self, model, batch, training, generator)
+        return (result[0] * float("nan"), *result[1:]) if training else result
+
+    monkeypatch.setattr(MaskedLMTask, "loss", loss_turning_nan)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        # NaN from step 3 on; checked at log and validation steps only: step 4 is both, and must not be saved.
+        run_to(8, "--cp", "runs/run0/checkpoints/checkpoint.pt", "--val-interval", "4", "--log-interval", "4")
+    assert exit_info.value.code == 2
+    stderr = capsys.readouterr().err
+    error_lines = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1 and "not finite" in error_lines[0] and "step 4" in error_lines[0], stderr
+    assert str(checkpoints.resolve()) in error_lines[0]
+    assert {name: (checkpoints / name).read_bytes() for name in good} == good
+    assert sorted(path.name for path in checkpoints.iterdir()) == ["best.pt", "checkpoint.pt"]
+
+
+# ----------------------------------------------------------------------------- test split
+
+def test_test_flag_prints_and_saves_test_metrics(mlm_trained_run, monkeypatch, capsys, keep_signal_handlers):
+    monkeypatch.chdir(mlm_trained_run)
+    best = Path("runs/run0/checkpoints/best.pt")
+    step = load(best)["step"]
+    capsys.readouterr()
+    main.main(["--cp", str(best), "--test"])
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["step"] == step and metrics["checkpoint"] == str(best)
+    vocab_size = load_vocab(Path("vocab")).size
+    assert 0 < metrics["test_loss"] < math.log(vocab_size) - 1.0
+    assert 20 / vocab_size < metrics["test_accuracy"] < 1
+    saved = Path(f"runs/run0/test_metrics_step{step}.json")
+    assert json.loads(saved.read_text(encoding="utf-8")) == metrics
+
+
+# ----------------------------------------------------------------------------- other shard formats
+
+# A short, fast schedule: twelve steps at a high learning rate reach well below ln(vocab size).
+QUICK = ["--max-iters", "12", "--lr-decay-iters", "12", "--val-interval", "4", "--warmup-iters", "2",
+         "--learning-rate", "1e-2", "--min-learning-rate", "1e-3"]
+
+
+def check_learned(base: Path) -> None:
+    vocab_size = load_vocab(base / "vocab").size
+    losses = [value for _, value in scalars(base / "runs" / "run0")["val/loss"]]
+    assert len(losses) == 3
+    assert losses[-1] < losses[0] and losses[-1] < math.log(vocab_size) - 0.8, losses
+
+
+def test_static_masked_shards_train(mlm_static_base_dir, mlm_config, monkeypatch, keep_signal_handlers,
+                                    skip_flops_measurement, training_losses):
+    shard = read_shard(next((mlm_static_base_dir / "datasets").glob("train_*")))
+    assert shard.masking == "static"
+    mlm_config(mlm_static_base_dir)
+    monkeypatch.chdir(mlm_static_base_dir)
+    main.main(QUICK)
+    check_learned(mlm_static_base_dir)
+    assert len(training_losses) == 12 and all(math.isfinite(loss) for loss in training_losses)
+
+
+def write_legacy_shard(path: Path, samples: list[np.ndarray], mask_id: int, rng) -> None:
+    """The original project's format: one msgpack list alternating id lists and label lists."""
+    items = []
+    for sample in samples:
+        ids = sample.astype(np.int64).tolist()
+        labels = [0] * len(ids)
+        for position in rng.choice(np.arange(1, len(ids) - 1), max(1, (len(ids) - 2) * 15 // 100), replace=False):
+            labels[position], ids[position] = ids[position], mask_id
+        items += [ids, labels]
+    path.write_bytes(gzip.compress(msgpack.packb(items)))
+
+
+def test_legacy_shards_train(mlm_workdir, skip_flops_measurement):
+    rng = np.random.default_rng(0)
+    datasets = mlm_workdir / "datasets"
+    mask_id = load_vocab(mlm_workdir / "vocab").mask_id
+    for split, count in (("train", 2000), ("val", 300), ("test", 300)):
+        shard = read_shard(datasets / f"{split}_imdb_64_123.msgpack.gz")
+        write_legacy_shard(datasets / f"{split}_old_1.msgpack.gz", [shard.sample(i) for i in range(count)],
+                           mask_id, rng)
+    main.main([*QUICK, "--dataset-pattern", "train_old_*.msgpack", "--val-dataset-pattern", "val_old_*.msgpack",
+               "--test-dataset-pattern", "test_old_*.msgpack"])
+    check_learned(mlm_workdir)
+
+
+# ----------------------------------------------------------------------------- signal handlers
+
+def test_fit_gives_back_the_previous_signal_handlers(mlm_workdir, skip_flops_measurement):
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    run_to(1)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
