@@ -3,7 +3,6 @@
 One file, read top to bottom: Embeddings, SelfAttention, FeedForward, EncoderLayer, Encoder,
 then the task models BertForMaskedLM and BertForSequenceClassification.
 """
-import math
 from dataclasses import dataclass
 
 import torch
@@ -192,7 +191,3 @@ def flops_per_token(config: ModelConfig, seq_len: int, predictions_per_token: fl
     head = predictions_per_token * 2 * (d * d + d * config.vocab_size)
     return 3 * (encoder + head)
 
-
-def expected_initial_loss(vocab_size: int) -> float:
-    """Cross-entropy of a uniform guess: what an untrained model should score."""
-    return math.log(vocab_size)
