@@ -10,7 +10,6 @@ import argparse
 import glob
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
@@ -35,6 +34,17 @@ def expand_inputs(patterns) -> list[Path]:
     return files
 
 
+def canonical_order(tokens: list[str]) -> list[str]:
+    """Special tokens first, then single characters, then longer pieces, each group sorted.
+
+    The trainer breaks ties in hash order, so two runs on one corpus list the same tokens in
+    different orders. WordPiece matches the longest piece in the set, so order changes no
+    tokenization; a fixed order makes the ids, and so shards and checkpoints, reproducible.
+    """
+    rest = [token for token in tokens if token not in SPECIAL_TOKENS]
+    return list(SPECIAL_TOKENS) + sorted(rest, key=lambda t: (len(t.removeprefix("##")) > 1, t.startswith("##"), t))
+
+
 def train_vocab(files: list[Path], out_dir: Path, vocab_size: int, min_frequency: int = 2,
                 show_progress: bool = True) -> Path:
     """Train the vocabulary and write out_dir/vocab.txt atomically; returns its path."""
@@ -48,9 +58,12 @@ def train_vocab(files: list[Path], out_dir: Path, vocab_size: int, min_frequency
     tokenizer.train([str(f) for f in files], vocab_size=vocab_size, min_frequency=min_frequency,
                     special_tokens=list(SPECIAL_TOKENS), show_progress=show_progress)
     target = out_dir / "vocab.txt"
-    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".vocab-") as scratch:
-        written = Path(tokenizer.save_model(scratch)[0])
-        os.replace(written, target)
+    temp = out_dir / f".vocab.txt.{os.getpid()}.tmp"  # renamed when complete: never half a vocabulary
+    try:
+        temp.write_text("\n".join(canonical_order(list(tokenizer.get_vocab()))) + "\n", encoding="utf-8")
+        os.replace(temp, target)
+    finally:
+        temp.unlink(missing_ok=True)
     load_vocab(target)  # the file we wrote must be a valid vocabulary
     return target
 
