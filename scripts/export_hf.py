@@ -1,0 +1,97 @@
+"""Export a checkpoint to a Hugging Face transformers directory.
+
+Example:
+    python scripts/export_hf.py --cp demo/runs/run0/checkpoints/best.pt -o demo/hf-mlm
+
+Writes config.json, model.safetensors, vocab.txt, tokenizer_config.json and
+special_tokens_map.json, so that transformers.BertForMaskedLM (an MLM checkpoint) or
+BertForSequenceClassification (a fine-tuned one) and BertTokenizerFast load the directory
+with from_pretrained, with no missing or unexpected weights.
+"""
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from safetensors.torch import save_file
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+from errors import UserError, exit_on_user_error  # noqa: E402
+from hf_weights import to_hf  # noqa: E402
+from trainer import atomic_write, load_checkpoint  # noqa: E402
+from vocab import Vocab  # noqa: E402
+
+ARCHITECTURES = {"mlm": "BertForMaskedLM", "sst2": "BertForSequenceClassification",
+                 "classify": "BertForSequenceClassification"}
+# Model settings transformers' BERT cannot express, with the value BERT has.
+BERT_ONLY = {"norm": "postln", "position": "learned", "feed_forward": "gelu"}
+
+
+def check_exportable(path: Path, checkpoint: dict):
+    if checkpoint["task"] not in ARCHITECTURES:
+        raise UserError(f"{path}: a {checkpoint['task']} checkpoint; export takes {', '.join(ARCHITECTURES)}")
+    for key, bert_value in BERT_ONLY.items():
+        value = checkpoint["model_config"].get(key, bert_value)
+        if value != bert_value:
+            raise UserError(f"{path}: {key} = {value}: transformers' BERT has only {key} = {bert_value}")
+
+
+def hf_config(checkpoint: dict) -> dict:
+    model = checkpoint["model_config"]
+    config = {"architectures": [ARCHITECTURES[checkpoint["task"]]], "model_type": "bert",
+              "vocab_size": model["vocab_size"], "hidden_size": model["d_model"],
+              "num_hidden_layers": model["n_layer"], "num_attention_heads": model["heads"],
+              "intermediate_size": model["d_ff"], "hidden_act": "gelu",
+              "hidden_dropout_prob": model["dropout"], "attention_probs_dropout_prob": model["dropout"],
+              "max_position_embeddings": model["max_len"], "type_vocab_size": model["segments"],
+              "layer_norm_eps": model["layer_norm_eps"], "pad_token_id": model["pad_id"],
+              "initializer_range": 0.02, "position_embedding_type": "absolute"}
+    if checkpoint["task"] != "mlm":
+        config["id2label"] = {str(i): f"LABEL_{i}" for i in range(model["num_labels"])}
+        config["label2id"] = {f"LABEL_{i}": i for i in range(model["num_labels"])}
+    return config
+
+
+def tokenizer_files(vocab: Vocab, max_len: int) -> dict[str, str]:
+    special = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+               "mask_token": "[MASK]"}
+    config = {"tokenizer_class": "BertTokenizer", "do_lower_case": vocab.lowercase,
+              "model_max_length": max_len, **special}
+    return {"vocab.txt": "\n".join(vocab.tokens) + "\n",
+            "tokenizer_config.json": json.dumps(config, indent=2) + "\n",
+            "special_tokens_map.json": json.dumps(special, indent=2) + "\n"}
+
+
+def export(checkpoint_path: Path, out_dir: Path):
+    checkpoint = load_checkpoint(checkpoint_path)
+    check_exportable(checkpoint_path, checkpoint)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(f"{out_dir}: cannot create output directory ({error.strerror})") from None
+    weights = to_hf(checkpoint["model"])
+    atomic_write(out_dir / "model.safetensors", lambda temp: save_file(weights, temp, metadata={"format": "pt"}))
+    files = {"config.json": json.dumps(hf_config(checkpoint), indent=2) + "\n",
+             **tokenizer_files(Vocab(tuple(checkpoint["vocab"])), checkpoint["model_config"]["max_len"])}
+    for name, text in files.items():
+        atomic_write(out_dir / name, lambda temp: temp.write_text(text, encoding="utf-8"))
+    return sorted(os.listdir(out_dir))
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cp", type=Path, required=True, help="our checkpoint (mlm, sst2 or classify)")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="directory to write")
+    return parser.parse_args(argv)
+
+
+@exit_on_user_error
+def main(argv=None):
+    args = parse_args(argv)
+    names = export(args.cp, args.output)
+    print(f"wrote {args.output}: {', '.join(names)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""Hugging Face interop: export to transformers and import from it, compared output by output."""
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import BertConfig, BertForMaskedLM as TheirMaskedLM, BertForSequenceClassification as TheirClassifier
+from transformers import BertModel, BertTokenizerFast
+
+import export_hf
+import import_hf
+import main
+import make_demo
+from errors import UserError
+from hf_weights import THEIR_TIED
+from model import BertForMaskedLM, BertForSequenceClassification, ModelConfig
+from trainer import load_checkpoint, restore_model
+
+SENTENCES = ["The acting is superb, and the score lifts every scene.",
+             "a dull , lifeless script that never finds its footing ."]
+
+
+@pytest.fixture(scope="module")
+def mlm_checkpoint(mlm_trained_run):
+    return mlm_trained_run / "runs" / "run0" / "checkpoints" / "checkpoint.pt"
+
+
+@pytest.fixture(scope="module")
+def classifier_checkpoint(mlm_trained_run, mlm_checkpoint, rotten_tomatoes, tmp_path_factory):
+    base = tmp_path_factory.mktemp("sst2")
+    shutil.copytree(mlm_trained_run / "vocab", base / "vocab")
+    make_demo.write_sst2(base / "datasets", rotten_tomatoes, seed=123)
+    shutil.copy(mlm_trained_run / "config.ini", base / "config.ini")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(base)
+        config = main.load_config(None, ["--task-type", "sst2", "--max-iters", "5", "--val-interval", "5"])
+        return main.run(config, mlm_checkpoint, False) / "checkpoints" / "checkpoint.pt"
+
+
+def their_inputs(directory):
+    tokenizer = BertTokenizerFast.from_pretrained(directory)
+    return tokenizer(SENTENCES, padding=True, return_tensors="pt")
+
+
+def test_exported_mlm_loads_in_transformers_with_equal_logits(mlm_checkpoint, tmp_path):
+    export_hf.main(["--cp", str(mlm_checkpoint), "-o", str(tmp_path)])
+    theirs, info = TheirMaskedLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    ours, vocab, _ = restore_model(mlm_checkpoint, {"mlm": BertForMaskedLM})
+    inputs = their_inputs(tmp_path)
+    assert inputs["input_ids"][0].tolist()[:8] == [vocab.cls_id] + vocab.encode(SENTENCES[:1])[0][:7]
+    real = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        their_logits = theirs.eval()(**inputs).logits
+        our_logits = ours.head(ours.encoder(inputs["input_ids"], real))
+    torch.testing.assert_close(our_logits[real], their_logits[real], rtol=1e-4, atol=1e-4)
+
+
+def test_exported_classifier_gives_equal_logits(classifier_checkpoint, tmp_path):
+    export_hf.export(classifier_checkpoint, tmp_path)
+    theirs, info = TheirClassifier.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    ours, _, _ = restore_model(classifier_checkpoint, {"sst2": BertForSequenceClassification})
+    inputs = their_inputs(tmp_path)
+    with torch.no_grad():
+        their_logits = theirs.eval()(**inputs).logits
+        our_logits, _ = ours(inputs["input_ids"], attention_mask=inputs["attention_mask"].bool())
+    torch.testing.assert_close(our_logits, their_logits, rtol=1e-4, atol=1e-4)
+
+
+def random_bert(model_class, vocab_dir, directory, **save_options):
+    """A randomly initialised transformers model saved in `directory` with our test vocabulary."""
+    torch.manual_seed(0)
+    vocab_size = sum(1 for _ in (vocab_dir / "vocab.txt").open(encoding="utf-8"))
+    config = BertConfig(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=128, max_position_embeddings=64)
+    model = model_class(config).eval()
+    model.save_pretrained(directory, **save_options)
+    shutil.copy(vocab_dir / "vocab.txt", directory / "vocab.txt")
+    return model
+
+
+def test_imported_mlm_matches_transformers_and_round_trips(vocab_dir, tmp_path, capsys):
+    theirs = random_bert(TheirMaskedLM, vocab_dir, tmp_path / "hf")
+    import_hf.main(["-i", str(tmp_path / "hf"), "-o", str(tmp_path / "ours.pt")])
+    assert "a mlm checkpoint" in capsys.readouterr().out
+    ours, _, checkpoint = restore_model(tmp_path / "ours.pt", {"mlm": BertForMaskedLM})
+    ids = torch.randint(5, checkpoint["model_config"]["vocab_size"], (3, 40))
+    with torch.no_grad():
+        torch.testing.assert_close(ours.encoder(ids), theirs.bert(ids).last_hidden_state, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(ours.head(ours.encoder(ids)), theirs(ids).logits, rtol=1e-4, atol=1e-4)
+    assert load_checkpoint(tmp_path / "ours.pt")["optimizer"] is None  # a starting point, not a run to resume
+
+    export_hf.export(tmp_path / "ours.pt", tmp_path / "back")
+    original, returned = load_file(tmp_path / "hf" / "model.safetensors"), load_file(tmp_path / "back" / "model.safetensors")
+    assert set(returned) <= set(original)
+    assert set(original) - set(returned) <= set(THEIR_TIED)  # transformers ties these again on load
+    for name, tensor in returned.items():
+        assert torch.equal(tensor, original[name]), name
+
+
+def test_imported_encoder_only_model_keeps_hidden_states(vocab_dir, tmp_path):
+    theirs = random_bert(BertModel, vocab_dir, tmp_path / "hf")
+    result = import_hf.convert(tmp_path / "hf", tmp_path / "encoder.pt")
+    assert result["task"] == "encoder" and result["fresh"] == ["classifier.weight", "classifier.bias"]
+    checkpoint = load_checkpoint(tmp_path / "encoder.pt")
+    ours = BertForSequenceClassification(ModelConfig(**checkpoint["model_config"])).eval()
+    ours.load_state_dict(checkpoint["model"], strict=False)
+    ids = torch.randint(5, checkpoint["model_config"]["vocab_size"], (2, 30))
+    with torch.no_grad():
+        torch.testing.assert_close(ours.encoder(ids), theirs(ids).last_hidden_state, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(torch.tanh(ours.pooler(ours.encoder(ids)[:, 0])), theirs(ids).pooler_output,
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_import_errors_name_the_file(tmp_path, vocab_dir):
+    (tmp_path / "config.json").write_text('{"model_type": "roberta"}')
+    with pytest.raises(UserError, match="config.json: model_type is 'roberta'"):
+        import_hf.convert(tmp_path, tmp_path / "x.pt")
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(UserError, match="config.json: cannot read"):
+        import_hf.convert(tmp_path, tmp_path / "x.pt")
+    assert not (tmp_path / "x.pt").exists()
