@@ -4,11 +4,17 @@
     python src/main.py --cp runs/run0/checkpoints/checkpoint.pt   # resume, or fine-tune from it
     python src/main.py --cp runs/run0/checkpoints/best.pt --test  # score on the test split
     python src/main.py --learning-rate 3e-4     # any config key can be overridden
+    python src/main.py --ddp --nproc 8          # 8 processes (one per GPU) with DistributedDataParallel
+    torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:PORT src/main.py
 """
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
+import torch
+
+import distributed
 from classification_dataset import ClassificationTask
 from config import Config, load_config
 from errors import UserError, exit_on_user_error
@@ -25,6 +31,10 @@ def parse_args(argv):
     parser.add_argument("--config", type=Path, help="config file (default: ./config.ini)")
     parser.add_argument("--cp", type=Path, help="checkpoint to resume from or to fine-tune")
     parser.add_argument("--test", action="store_true", help="evaluate --cp on the test split and exit")
+    parser.add_argument("--ddp", action="store_true",
+                        help="train in --nproc processes on this machine with DistributedDataParallel "
+                             "(rendezvous at dist-master-addr:dist-master-port); not needed under torchrun")
+    parser.add_argument("--nproc", type=int, help="processes for --ddp (default: one per GPU, else 1)")
     return parser.parse_known_args(argv)
 
 
@@ -45,11 +55,36 @@ def run(config: Config, checkpoint: Path | None, test: bool, rank: int = 0, worl
     return trainer.fit(checkpoint)
 
 
+def run_rank(config: Config, checkpoint: Path | None, test: bool):
+    """One rank of a distributed run (torchrun or --ddp set RANK, WORLD_SIZE, LOCAL_RANK)."""
+    if test:
+        raise UserError("--test runs in one process: leave out --ddp and torchrun")
+    device = select_device(config.device)
+    rank, world_size, local_rank = distributed.join(device)
+    if device.type == "cuda":  # one GPU per rank
+        config = dataclasses.replace(config, device=f"cuda:{local_rank}")
+    run(config, checkpoint, test, rank, world_size)
+
+
 @exit_on_user_error
 def main(argv=None):
-    args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args, overrides = parse_args(argv)
     config = load_config(args.config, overrides)
-    run(config, args.cp, args.test)
+    if distributed.launched():  # a rank: started by --ddp below, or by torchrun
+        distributed.rank_main(lambda: run_rank(config, args.cp, args.test))
+    elif args.ddp:
+        if args.test:
+            raise UserError("--test runs in one process: leave out --ddp")
+        gpus = torch.cuda.device_count() if select_device(config.device).type == "cuda" else 0
+        nproc = args.nproc if args.nproc is not None else max(1, gpus)
+        if nproc < 1:
+            raise UserError(f"--nproc {nproc}: expected at least 1")
+        if gpus and nproc > gpus:
+            raise UserError(f"--nproc {nproc}: this machine has {gpus} GPU(s), one per process")
+        sys.exit(distributed.launch(argv, nproc, config.dist_master_addr, config.dist_master_port))
+    else:
+        run(config, args.cp, args.test)
 
 
 if __name__ == "__main__":

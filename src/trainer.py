@@ -15,8 +15,10 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+import distributed
 from config import Config
 from errors import UserError
 from model import ModelConfig, count_parameters, flops_per_token
@@ -184,6 +186,7 @@ def rng_state(mask_generator: torch.Generator) -> dict:
 
 
 def restore_rng(state: dict, mask_generator: torch.Generator):
+    """One rank's RNG states (rng_state's dict)."""
     torch.set_rng_state(state["torch"])
     mask_generator.set_state(state["mask"])
     if "cuda" in state and torch.cuda.is_available():
@@ -344,7 +347,7 @@ def evaluate(model: nn.Module, task, batches, autocast) -> dict:
 class Run:
     """What a training run carries from step to step."""
     model: nn.Module
-    compiled: nn.Module  # the model under torch.compile (or the model itself)
+    compiled: nn.Module  # what trains: the model under torch.compile and DDP, where used
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     mask_generator: torch.Generator
@@ -386,6 +389,9 @@ class Throughput:
             self.flops_per_token = flops_per_token(unwrap(run.model).config, config.seq_len,
                                                    trainer.task.predictions_per_token)
         elapsed = time.perf_counter() - self.since - self.pause
+        if torch.distributed.is_initialized():  # the mean over all ranks' micro-batches
+            torch.distributed.all_reduce(self.loss_sum)
+            self.loss_sum /= trainer.world_size
         mean_loss = self.loss_sum.item() / ((run.step - self.since_step) * config.grad_accum_steps)
         tokens_per_sec = self.tokens / elapsed
         mfu = self.flops_per_token * tokens_per_sec / trainer.world_size / self.peak
@@ -441,16 +447,28 @@ class Trainer:
         run_dir = run_dir_of(checkpoint_path) if resuming else None
         if run_dir is None and self.rank == 0:
             run_dir = create_run_dir(Path(config.runs_dir).absolute())
+        if torch.distributed.is_initialized():  # every rank learns rank 0's run directory
+            shared = [run_dir]
+            torch.distributed.broadcast_object_list(shared, src=0)
+            run_dir = shared[0]
         log = RunLog(run_dir if self.rank == 0 else None, config)
         if checkpoint is not None:
             task.load_weights(model, checkpoint, checkpoint_path, resuming, log)
-        run = Run(model=model, compiled=torch.compile(model) if config.compile else model,
+        compiled = torch.compile(model) if config.compile else model
+        if torch.distributed.is_initialized():  # compile, then DDP, as nanoGPT does
+            compiled = DistributedDataParallel(compiled, device_ids=[device.index] if device.type == "cuda" else None)
+        run = Run(model=model, compiled=compiled,
                   optimizer=make_optimizer(model, config, log), mask_generator=mask_generator,
                   scaler=torch.amp.GradScaler(device.type, enabled=self.dtype == torch.float16),
                   run_dir=run_dir, log=log, finite=torch.ones((), dtype=torch.bool, device=device))
         if resuming:
             run.optimizer.load_state_dict(checkpoint["optimizer"])
-            restore_rng(checkpoint["rng"], mask_generator)
+            states = checkpoint.get("rng_per_rank") or [checkpoint["rng"]]  # one per rank that saved it
+            if self.rank < len(states):
+                restore_rng(states[self.rank], mask_generator)
+            else:
+                log(f"note: the checkpoint holds random states for {len(states)} process(es); "
+                    f"ranks {len(states)} and up start from fresh seeds")
             run.step, run.best, run.position = checkpoint["step"], checkpoint["best"], checkpoint["data_position"]
             log(f"resuming {checkpoint_path} at step {run.step}")
         self.log_header(log, model, run_dir)
@@ -468,8 +486,8 @@ class Trainer:
             progress.update(1)
             at_log = run.step % config.log_interval == 0 or run.step == config.max_iters
             at_val = run.step % config.val_interval == 0 or run.step == config.max_iters
-            stopping = stop.requested()
-            if (at_log or at_val or stopping) and not run.finite.item():
+            stopping = distributed.any_rank(stop.requested())  # all ranks stop at the same step
+            if (at_log or at_val or stopping) and not distributed.all_ranks(run.finite).item():
                 raise UserError(f"loss is not finite (nan or inf) near step {run.step}: run stopped; "
                                 f"the last good checkpoint is in {run.checkpoints}")
             if at_log:
@@ -480,7 +498,8 @@ class Trainer:
             if stopping:
                 if not at_val:
                     self.save(run, "latest")
-                run.log(f"stopped by {stop.reason} at step {run.step}; checkpoint saved in {run.checkpoints}")
+                reason = stop.reason or "a stop request on another rank"
+                run.log(f"stopped by {reason} at step {run.step}; checkpoint saved in {run.checkpoints}")
                 break
         progress.close()
 
@@ -510,11 +529,13 @@ class Trainer:
     def validate(self, run: "Run"):
         """Validation metrics in the log, predictions shown, best.pt and checkpoint.pt saved."""
         task = self.task
-        metrics = evaluate(run.compiled, task, task.eval_batches("val", self.config.val_iters), self.autocast)
+        # Past DDP: evaluation needs no gradient sync, and ranks may see different batch counts.
+        model = run.compiled.module if isinstance(run.compiled, DistributedDataParallel) else run.compiled
+        metrics = evaluate(model, task, task.eval_batches("val", self.config.val_iters), self.autocast)
         run.log(f"step {run.step} | " + " | ".join(f"val {name} {value:.4f}" for name, value in metrics.items()))
         run.log.scalars(run.step, {f"val/{name}": value for name, value in metrics.items()})
         if self.rank == 0:
-            run.log(task.show_predictions(run.compiled, self.autocast))
+            run.log(task.show_predictions(model, self.autocast))
         score = metrics[task.best_metric]
         if run.best is None or (score < run.best if task.lower_is_better else score > run.best):
             run.best = score
@@ -522,9 +543,19 @@ class Trainer:
         self.save(run, "latest")
 
     def save(self, run: "Run", kind: str):
-        """best.pt, or checkpoint.pt with the older ones rotated; rank 0 writes."""
-        if self.rank != 0:
-            return
+        """best.pt, or checkpoint.pt with the older ones rotated; rank 0 writes, with every
+        rank's random states, and the others wait until it has."""
+        rng = rng_state(run.mask_generator)
+        rng_per_rank = [rng]
+        if torch.distributed.is_initialized():
+            rng_per_rank = [None] * self.world_size
+            torch.distributed.all_gather_object(rng_per_rank, rng)
+        if self.rank == 0:
+            self.write_checkpoint(run, kind, rng, rng_per_rank)
+        if torch.distributed.is_initialized():
+            torch.distributed.barrier()
+
+    def write_checkpoint(self, run: "Run", kind: str, rng: dict, rng_per_rank: list[dict]):
         directory = run.checkpoints
         directory.mkdir(parents=True, exist_ok=True)
         model = unwrap(run.model)
@@ -532,7 +563,7 @@ class Trainer:
                  "model": model.state_dict(), "optimizer": run.optimizer.state_dict(),
                  "config": self.config.to_dict(), "model_config": asdict(model.config),
                  "vocab_checksum": self.task.vocab.checksum, "vocab": list(self.task.vocab.tokens),
-                 "data_position": run.position, "rng": rng_state(run.mask_generator), "best": run.best}
+                 "data_position": run.position, "rng": rng, "rng_per_rank": rng_per_rank, "best": run.best}
         if kind == "best":
             save_checkpoint(directory / "best.pt", state)
         else:

@@ -1,0 +1,145 @@
+"""Training in several processes with torch.distributed: `--ddp --nproc N` starts and watches N
+ranks on this machine; under torchrun (RANK, WORLD_SIZE, LOCAL_RANK set) main.py joins its group.
+"""
+import datetime
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from errors import UserError
+
+# A collective that waits longer than this fails the run instead of hanging it: long enough for
+# rank 0 to save a large checkpoint while the others wait at the barrier.
+COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=10)
+# Where a rank started by launch() writes its UserError, so that the launcher prints it once.
+ERROR_FILE_VARIABLE = "BERT_DDP_ERROR_FILE"
+MAIN = Path(__file__).resolve().with_name("main.py")
+
+_control_group = None  # gloo group for host-side agreement (the stop flag) without a device sync
+
+
+def launched() -> bool:
+    """True in a rank started by torchrun or by launch()."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def join(device: torch.device) -> tuple[int, int, int]:
+    """Join the process group the environment describes (env:// rendezvous at MASTER_ADDR:MASTER_PORT):
+    NCCL with one GPU per rank on CUDA, gloo on CPU. Returns rank, world size, local rank."""
+    global _control_group
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if device.type == "cuda":
+        if local_rank >= torch.cuda.device_count():
+            raise UserError(f"local rank {local_rank} has no GPU: this machine has {torch.cuda.device_count()}")
+        torch.cuda.set_device(local_rank)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=COLLECTIVE_TIMEOUT)
+    _control_group = dist.new_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT) if backend != "gloo" else None
+    return rank, world_size, local_rank
+
+
+def leave():
+    global _control_group
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    _control_group = None
+
+
+def any_rank(flag: bool) -> bool:
+    """True on every rank when `flag` is True on any: all ranks stop at the same step."""
+    if not dist.is_initialized():
+        return flag
+    tensor = torch.tensor([int(flag)])
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=_control_group)
+    return bool(tensor.item())
+
+
+def all_ranks(flag: torch.Tensor) -> torch.Tensor:
+    """A bool device tensor, True only where it is True on every rank (the finite-loss check)."""
+    if not dist.is_initialized():
+        return flag
+    as_int = flag.to(torch.int32)
+    dist.all_reduce(as_int, op=dist.ReduceOp.MIN)
+    return as_int.bool()
+
+
+def rank_main(run):
+    """Call run() in a rank: a UserError goes to the launcher's error file (printed there once)
+    when launch() started us, else it is raised; the process group is left either way."""
+    try:
+        run()
+    except UserError as error:
+        error_file = os.environ.get(ERROR_FILE_VARIABLE)
+        if not error_file:
+            raise
+        Path(error_file).write_text(str(error), encoding="utf-8")
+        sys.exit(2)
+    finally:
+        leave()
+
+
+def launch(argv: list[str], nproc: int, master_addr: str, master_port: int) -> int:
+    """Run `main.py argv` as ranks 0..nproc-1 on this machine and wait for them.
+
+    When one rank fails, the others are killed at once (they would only wait for it until the
+    collective timeout); the return value is the exit code to leave with, and the message says
+    which rank failed. A UserError is printed once, however many ranks raised it.
+    """
+    with tempfile.TemporaryDirectory(prefix="bert-ddp-") as error_dir:
+        processes = []
+        for rank in range(nproc):
+            env = os.environ | {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
+                                "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": master_addr,
+                                "MASTER_PORT": str(master_port),
+                                ERROR_FILE_VARIABLE: str(Path(error_dir) / f"rank{rank}.txt")}
+            processes.append(subprocess.Popen([sys.executable, str(MAIN), *argv], env=env))
+        print(f"started {nproc} processes: " + ", ".join(f"rank {rank} pid {process.pid}"
+                                                        for rank, process in enumerate(processes)),
+              file=sys.stderr, flush=True)
+
+        def forward(signum, frame):  # Ctrl-C reaches the ranks directly; `kill PARENT` is passed on
+            for process in processes:
+                if process.poll() is None:
+                    process.send_signal(signum)
+        previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            failed = wait_for_first_failure(processes)
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        if failed is None:
+            return 0
+        # A UserError in one rank can make another fail first (its peer is gone): report the cause.
+        error_files = sorted(Path(error_dir).glob("rank*.txt"), key=lambda path: int(path.stem[4:]))
+        if error_files:
+            print(f"error: {error_files[0].read_text(encoding='utf-8')}", file=sys.stderr)
+            return 2
+        rank, code = failed
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        print(f"error: rank {rank} of {nproc} {how}; the other ranks were stopped", file=sys.stderr)
+        return 128 - code if code < 0 else code
+
+
+def wait_for_first_failure(processes: list[subprocess.Popen]) -> tuple[int, int] | None:
+    """Wait for all; on the first non-zero exit kill the rest and return (rank, exit code)."""
+    while True:
+        codes = [process.poll() for process in processes]
+        for rank, code in enumerate(codes):
+            if code not in (None, 0):
+                for process in processes:
+                    if process.poll() is None:
+                        process.kill()
+                for process in processes:
+                    process.wait()
+                return rank, code
+        if all(code == 0 for code in codes):
+            return None
+        time.sleep(0.1)

@@ -1,0 +1,158 @@
+"""Training in two CPU processes (gloo): the same losses as one process with twice the batch, one
+run directory, exact resume, a failed rank ends the run, and torchrun runs the same main.py."""
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import make_demo
+from test_trainer import load, scalars
+
+ROOT = Path(__file__).resolve().parent.parent
+MAIN = ROOT / "src" / "main.py"
+TIMEOUT = 120  # seconds for any one command; the runs here take a few
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_main(workdir: Path, *args: str, nproc: int | None = 2) -> subprocess.Popen:
+    """python src/main.py [--ddp --nproc N] ARGS in workdir, on a free port."""
+    launch = ["--ddp", "--nproc", str(nproc)] if nproc else []
+    return subprocess.Popen([sys.executable, str(MAIN), *launch, "--dist-master-port", str(free_port()), *args],
+                            cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(process: subprocess.Popen) -> subprocess.CompletedProcess:
+    stdout, stderr = process.communicate(timeout=TIMEOUT)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def run_main(workdir: Path, *args: str, nproc: int | None = 2) -> subprocess.CompletedProcess:
+    return finish(start_main(workdir, *args, nproc=nproc))
+
+
+def train_losses(run_dir: Path) -> list[float]:
+    return [value for _, value in scalars(run_dir)["train/loss"]]
+
+
+@pytest.fixture(scope="module")
+def sst2_base_dir(tmp_path_factory, vocab_dir, rotten_tomatoes) -> Path:
+    base = tmp_path_factory.mktemp("sst2")
+    shutil.copytree(vocab_dir, base / "vocab")
+    make_demo.write_sst2(base / "datasets", rotten_tomatoes, seed=123)
+    return base
+
+
+def test_two_processes_give_the_losses_of_one_with_twice_the_batch(sst2_base_dir, mlm_config, tmp_path):
+    """Global batch i is the same set of samples for any number of processes (each rank takes every
+    world-size-th sample of it), and DDP averages the gradients of equal-sized halves: so the
+    per-step loss curves agree. Fine-tuning (sst2: a mean over sentences) makes this exact;
+    MLM's per-rank means over different numbers of masked tokens would weigh them differently."""
+    runs, processes = {}, []
+    for nproc, batch_size in ((None, 16), (2, 8)):
+        workdir = tmp_path / f"nproc{nproc}"
+        shutil.copytree(sst2_base_dir, workdir)
+        mlm_config(workdir, task_type="sst2", batch_size=batch_size, dropout=0.0, max_iters=6,
+                   lr_decay_iters=6, warmup_iters=2, val_interval=6, val_iters=2, learning_rate=1e-3)
+        processes.append(start_main(workdir, nproc=nproc))
+        runs[nproc] = workdir / "runs" / "run0"
+    for result in map(finish, processes):
+        assert result.returncode == 0, result.stderr
+    single, double = train_losses(runs[None]), train_losses(runs[2])
+    assert len(single) == len(double) == 6
+    assert single[0] != single[-1]  # the model did train
+    assert np.allclose(single, double, rtol=0, atol=1e-5), (single, double)  # 6e-8 measured
+    log = (runs[2] / "logs" / "log.txt").read_text(encoding="utf-8")
+    assert "global batch 16 (8 x 1 accumulation x 2 processes)" in log
+
+
+def test_two_process_run_stops_together_writes_one_run_and_resumes_exactly(mlm_workdir_factory, tmp_path):
+    """A `stop` file, seen by whichever rank looks first, stops both at step 1 with one checkpoint
+    (rank 0's, holding both ranks' random states); resuming with --ddp continues each rank's data
+    and masks exactly (dropout included), in the same run directory with the same log."""
+    settings = dict(max_iters=6, lr_decay_iters=6, warmup_iters=2, val_interval=3, val_iters=2)
+    straight = mlm_workdir_factory(tmp_path / "straight", **settings)
+    resumed = mlm_workdir_factory(tmp_path / "resumed", **settings)
+    (resumed / "stop").touch()
+    processes = [start_main(straight), start_main(resumed)]  # side by side: faster
+    for result in map(finish, processes):
+        assert result.returncode == 0, result.stderr
+    checkpoints = resumed / "runs" / "run0" / "checkpoints"
+    assert load(checkpoints / "checkpoint.pt")["step"] == 1
+    result = run_main(resumed, "--cp", "runs/run0/checkpoints/checkpoint.pt")
+    assert result.returncode == 0, result.stderr
+
+    assert sorted(p.name for p in (resumed / "runs").iterdir()) == ["run0"]
+    assert len(list((resumed / "runs" / "run0" / "logs").glob("log*.txt"))) == 1
+    checkpoint = load(checkpoints / "checkpoint.pt")
+    assert checkpoint["step"] == 6
+    assert len(checkpoint["rng_per_rank"]) == 2
+    assert not torch.equal(checkpoint["rng_per_rank"][0]["mask"], checkpoint["rng_per_rank"][1]["mask"])
+    log = (resumed / "runs" / "run0" / "logs" / "log.txt").read_text(encoding="utf-8")
+    assert re.search(r"stopped by (the file ./stop|a stop request on another rank) at step 1;", log)
+    assert "resuming runs/run0/checkpoints/checkpoint.pt at step 1" in log
+    # TensorBoard keeps both sessions' scalars: step 1, then 2-6 after the resume.
+    expected = train_losses(straight / "runs" / "run0")
+    assert np.allclose(train_losses(resumed / "runs" / "run0"), expected, rtol=0, atol=1e-5)
+
+
+def test_a_user_error_in_the_ranks_is_one_line_with_exit_code_2(mlm_workdir_factory, tmp_path):
+    workdir = mlm_workdir_factory(tmp_path / "work")
+    result = run_main(workdir, "--dataset-pattern", "train_nothing_*.msgpack")
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [line for line in errors if "no shard file matches train_nothing_*.msgpack" in line]
+    assert len(errors) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_rank_that_dies_ends_the_whole_run(mlm_workdir_factory, tmp_path):
+    """Rank 1 killed mid-training: the launcher stops rank 0 too and names the rank."""
+    workdir = mlm_workdir_factory(tmp_path / "work", max_iters=100_000, lr_decay_iters=100_000,
+                                  val_interval=100_000)
+    stderr_path = tmp_path / "stderr.txt"
+    with stderr_path.open("w") as stderr:
+        launcher = subprocess.Popen([sys.executable, str(MAIN), "--ddp", "--nproc", "2",
+                                     "--dist-master-port", str(free_port())],
+                                    cwd=workdir, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        log = workdir / "runs" / "run0" / "logs" / "log.txt"
+        deadline = time.monotonic() + TIMEOUT
+        while not (log.exists() and "step 2 |" in log.read_text(encoding="utf-8")):
+            assert launcher.poll() is None, stderr_path.read_text()
+            assert time.monotonic() < deadline, "training did not start"
+            time.sleep(0.2)
+        started = next(line for line in stderr_path.read_text().splitlines() if line.startswith("started 2"))
+        rank1_pid = int(started.split("rank 1 pid ")[1])
+        killed_at = time.monotonic()
+        subprocess.run(["kill", "-KILL", str(rank1_pid)], check=True)
+        code = launcher.wait(timeout=30)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert time.monotonic() - killed_at < 10
+    assert code != 0
+    assert "error: rank 1 of 2 was killed by SIGKILL; the other ranks were stopped" in stderr_path.read_text()
+
+
+def test_torchrun_runs_the_same_main(mlm_workdir_factory, tmp_path):
+    workdir = mlm_workdir_factory(tmp_path / "work", max_iters=2, lr_decay_iters=2, warmup_iters=1,
+                                  val_interval=2, val_iters=2)
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                             str(MAIN)], cwd=workdir, capture_output=True, text=True, timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (workdir / "runs").iterdir()) == ["run0"]
+    log = (workdir / "runs" / "run0" / "logs" / "log.txt").read_text(encoding="utf-8")
+    assert "x 2 processes" in log
+    assert load(workdir / "runs" / "run0" / "checkpoints" / "checkpoint.pt")["step"] == 2
