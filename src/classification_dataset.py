@@ -14,7 +14,7 @@ import torch
 from batching import BatchOrder, gather_padded
 from errors import UserError
 from model import BertForSequenceClassification
-from trainer import check_compatible, model_config, to_device
+from trainer import check_compatible, load_pretrained, model_config, to_device
 
 HIDDEN_LABEL = -1  # GLUE test sets hide their labels
 PARQUET_NAMES = {"train": "train-00000-of-00001.parquet", "val": "validation-00000-of-00001.parquet",
@@ -164,24 +164,16 @@ class ClassificationTask:
     def labels_hidden(self, split: str) -> bool:
         return bool((self.data(split).labels == HIDDEN_LABEL).all())
 
-    def build_model(self) -> BertForSequenceClassification:
-        return BertForSequenceClassification(model_config(self.config, self.vocab))
+    def build_model(self, max_len: int | None = None) -> BertForSequenceClassification:
+        return BertForSequenceClassification(model_config(self.config, self.vocab, max_len))
 
     def load_weights(self, model, checkpoint: dict, path: Path, resuming: bool, log=print):
         """Resume a fine-tuning run, or start one from a pre-trained encoder (the MLM head is dropped)."""
         check_compatible(path, checkpoint, self.vocab, model.config)
         if resuming:
             model.load_state_dict(checkpoint["model"])
-            return
-        weights = checkpoint["model"]
-        if checkpoint["model_config"]["num_labels"] != model.config.num_labels:
-            weights = {k: v for k, v in weights.items() if not k.startswith("classifier.")}
-        missing, unexpected = model.load_state_dict(weights, strict=False)
-        if any(name.startswith("encoder.") for name in missing):
-            raise UserError(f"{path}: encoder weights missing: {', '.join(missing[:5])}")
-        log(f"loaded the encoder of {path} ({checkpoint['task']} step {checkpoint['step']})")
-        log(f"  newly initialised: {', '.join(missing) or 'nothing'}")
-        log(f"  not used: {', '.join(sorted({name.split('.')[0] + '.*' for name in unexpected})) or 'nothing'}")
+        else:
+            load_pretrained(model, checkpoint, path, log)
 
     def train_batches(self, position: dict | None):
         data = self.data("train")

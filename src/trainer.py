@@ -146,9 +146,13 @@ def restore_model(path: Path, kinds: dict[str, type]) -> tuple[nn.Module, "Vocab
     return model.eval(), Vocab(tuple(checkpoint["vocab"])), checkpoint
 
 
-def model_config(config: Config, vocab) -> ModelConfig:
-    """The model a config and vocabulary describe."""
-    return ModelConfig(vocab_size=vocab.size, max_len=config.seq_len, d_model=config.d_model,
+def model_config(config: Config, vocab, max_len: int | None = None) -> ModelConfig:
+    """The model a config and vocabulary describe; max_len, the position table, defaults to
+    seq-len (a checkpoint may bring a larger one: bert-base has 512)."""
+    max_len = max_len or config.seq_len
+    if config.seq_len > max_len:
+        raise UserError(f"seq-len = {config.seq_len}: the checkpoint's model has positions for {max_len} tokens")
+    return ModelConfig(vocab_size=vocab.size, max_len=max_len, d_model=config.d_model,
                        heads=config.heads, n_layer=config.n_layer, d_ff=config.feed_forward_size,
                        dropout=config.dropout, pad_id=vocab.pad_id, num_labels=config.num_labels)
 
@@ -164,6 +168,23 @@ def check_compatible(path: Path, checkpoint: dict, vocab, current: ModelConfig):
         if saved != value:
             raise UserError(f"{path}: {key} is {saved} in the checkpoint but {value} "
                             f"from the config and vocabulary")
+
+
+def load_pretrained(model: nn.Module, checkpoint: dict, path: Path, log):
+    """Start from a checkpoint's weights. The encoder must be complete; a head the checkpoint
+    lacks, or one that does not fit (another number of labels), starts fresh. The log says which."""
+    own = model.state_dict()
+    fitting = {name: tensor for name, tensor in checkpoint["model"].items()
+               if name in own and own[name].shape == tensor.shape}
+    missing, _ = model.load_state_dict(fitting, strict=False)
+    loaded = {own[name].data_ptr() for name in fitting}
+    missing = [name for name in missing if own[name].data_ptr() not in loaded]  # tied to a loaded weight
+    if any(name.startswith("encoder.") for name in missing):
+        raise UserError(f"{path}: encoder weights missing or of another shape: {', '.join(missing[:5])}")
+    unused = sorted({name.split(".")[0] + ".*" for name in checkpoint["model"] if name not in fitting})
+    log(f"loaded the encoder of {path} ({checkpoint['task']} step {checkpoint['step']})")
+    log(f"  newly initialised: {', '.join(missing) or 'nothing'}")
+    log(f"  not used: {', '.join(unused) or 'nothing'}")
 
 
 def rotate_checkpoints(directory: Path, keep: int):
@@ -439,11 +460,13 @@ class Trainer:
     def start(self, checkpoint_path: Path | None) -> "Run":
         """Model, optimizer and run directory; from a checkpoint when given one."""
         config, task, device = self.config, self.task, self.device
-        torch.manual_seed(config.seed + self.rank)
-        model = task.build_model().to(device)
-        mask_generator = torch.Generator(device=device).manual_seed(config.seed + 1000 + self.rank)
         checkpoint = load_checkpoint(checkpoint_path) if checkpoint_path else None
-        resuming = checkpoint is not None and checkpoint["task"] == task.name
+        torch.manual_seed(config.seed + self.rank)
+        model = task.build_model(checkpoint and checkpoint["model_config"]["max_len"]).to(device)
+        mask_generator = torch.Generator(device=device).manual_seed(config.seed + 1000 + self.rank)
+        # The same task with optimizer state continues that run; anything else is a starting point
+        # (an MLM checkpoint for fine-tuning, an imported transformers model).
+        resuming = checkpoint is not None and checkpoint["task"] == task.name and checkpoint["optimizer"] is not None
         run_dir = run_dir_of(checkpoint_path) if resuming else None
         if run_dir is None and self.rank == 0:
             run_dir = create_run_dir(Path(config.runs_dir).absolute())
@@ -574,7 +597,7 @@ class Trainer:
         """Score a checkpoint on the test split and save the metrics in its run directory;
         where the labels are hidden (GLUE), write the predictions as a submission file instead."""
         checkpoint = load_checkpoint(checkpoint_path)
-        model = self.task.build_model().to(self.device)
+        model = self.task.build_model(checkpoint["model_config"]["max_len"]).to(self.device)
         self.task.load_weights(model, checkpoint, checkpoint_path, resuming=True)
         run_dir = run_dir_of(checkpoint_path) or checkpoint_path.parent
         step = checkpoint["step"]

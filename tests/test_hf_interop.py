@@ -121,3 +121,32 @@ def test_import_errors_name_the_file(tmp_path, vocab_dir):
     with pytest.raises(UserError, match="config.json: cannot read"):
         import_hf.convert(tmp_path, tmp_path / "x.pt")
     assert not (tmp_path / "x.pt").exists()
+
+
+def test_training_starts_from_imported_checkpoints(mlm_trained_run, vocab_dir, rotten_tomatoes, tmp_path, monkeypatch):
+    """An encoder-only BertModel continues MLM pre-training with a fresh head; an imported
+    BertForMaskedLM is fine-tuned on SST-2. Neither is mistaken for a run to resume."""
+    random_bert(BertModel, vocab_dir, tmp_path / "encoder")
+    random_bert(TheirMaskedLM, vocab_dir, tmp_path / "mlm")
+    import_hf.convert(tmp_path / "encoder", tmp_path / "encoder.pt")
+    import_hf.convert(tmp_path / "mlm", tmp_path / "mlm.pt")
+    base = tmp_path / "base"
+    shutil.copytree(mlm_trained_run / "vocab", base / "vocab")
+    shutil.copytree(mlm_trained_run / "datasets", base / "datasets")
+    make_demo.write_sst2(base / "datasets", rotten_tomatoes, seed=123)
+    shutil.copy(mlm_trained_run / "config.ini", base / "config.ini")
+    monkeypatch.chdir(base)
+    steps = ["--heads", "4", "--max-iters", "3", "--val-interval", "3"]
+
+    pretraining = main.run(main.load_config(None, steps), tmp_path / "encoder.pt", False)
+    log = (pretraining / "logs" / "log.txt").read_text()
+    assert "loaded the encoder of" in log
+    assert "newly initialised: head.bias, head.dense.weight, head.dense.bias, head.norm.weight, head.norm.bias\n" in log
+    assert "not used: pooler.*" in log and "resuming" not in log
+    assert load_checkpoint(pretraining / "checkpoints" / "checkpoint.pt")["step"] == 3
+
+    fine_tuning = main.run(main.load_config(None, steps + ["--task-type", "sst2"]), tmp_path / "mlm.pt", False)
+    log = (fine_tuning / "logs" / "log.txt").read_text()
+    assert "newly initialised: pooler.weight, pooler.bias, classifier.weight, classifier.bias" in log
+    assert "not used: head.*" in log
+    assert load_checkpoint(fine_tuning / "checkpoints" / "checkpoint.pt")["step"] == 3
