@@ -2,6 +2,7 @@
 import bench
 import bow_baseline
 import make_demo
+import pytest
 import torch
 
 
@@ -28,3 +29,24 @@ def test_benchmark_times_both_models():
     result = bench.compare("small", batch_size=2, steps=1, rounds=1, device=torch.device("cpu"),
                            dtype=torch.float32)
     assert set(result) == {"ours", "transformers"} and all(rate > 0 for rate in result.values())
+
+
+def test_useful_flops_count_the_head_on_masked_slots_only():
+    config = bench.mlm_config("small")
+    all_positions = bench.flops_per_token(config, 128, 1.0) * 4 * 128
+    encoder_only = bench.flops_per_token(config, 128, 0.0) * 4 * 128
+    assert encoder_only < bench.useful_flops_per_step("small", 4) < all_positions
+
+
+def test_finetuning_benchmark_pads_ours_to_the_longest_sentence():
+    if not (bench.ROOT / "demo" / "datasets" / "train-00000-of-00001.parquet").is_file():
+        pytest.skip("needs the demo data (scripts/make_demo.py)")
+    result = bench.compare_finetuning("small", batch_size=4, steps=1, rounds=1, device=torch.device("cpu"),
+                                      dtype=torch.float32)
+    assert result["ours"] > 0 and result["transformers"] > 0
+    assert result["ours_width"] % 8 == 0 and result["ours_width"] < bench.SEQ_LEN  # SST-2 sentences are short
+
+
+def test_peak_memory_is_measured_in_a_fresh_process():
+    mib = bench.peak_memory_mib("ours", "small", batch_size=2, steps=1, device=torch.device("cpu"))
+    assert 10 < mib < 4000  # at least the 15 MiB token embedding with its gradient and AdamW state
