@@ -14,7 +14,7 @@ import torch
 from batching import BatchOrder, gather_padded
 from errors import UserError
 from model import BertForSequenceClassification
-from trainer import check_compatible, load_pretrained, model_config, to_device
+from trainer import model_config, to_device
 
 HIDDEN_LABEL = -1  # GLUE test sets hide their labels
 PARQUET_NAMES = {"train": "train-00000-of-00001.parquet", "val": "validation-00000-of-00001.parquet",
@@ -166,14 +166,6 @@ class ClassificationTask:
 
     def build_model(self, max_len: int | None = None) -> BertForSequenceClassification:
         return BertForSequenceClassification(model_config(self.config, self.vocab, max_len))
-
-    def load_weights(self, model, checkpoint: dict, path: Path, resuming: bool, log=print):
-        """Resume a fine-tuning run, or start one from a pre-trained encoder (the MLM head is dropped)."""
-        check_compatible(path, checkpoint, self.vocab, model.config)
-        if resuming:
-            model.load_state_dict(checkpoint["model"])
-        else:
-            load_pretrained(model, checkpoint, path, log)
 
     def train_batches(self, position: dict | None):
         data = self.data("train")

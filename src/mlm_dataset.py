@@ -14,7 +14,7 @@ from errors import UserError
 from masking import IGNORE_INDEX, MaskingRule, mask_tokens, predictions_per_sequence
 from model import BertForMaskedLM
 from shards import Shard, find_shards, read_shard
-from trainer import check_compatible, load_pretrained, model_config, to_device
+from trainer import model_config, to_device
 
 
 def make_batch(shard: Shard, rows: np.ndarray, seq_len: int, pad_id: int, mask_rate: float) -> dict:
@@ -104,13 +104,6 @@ class MaskedLMTask:
 
     def labels_hidden(self, split: str) -> bool:
         return False
-
-    def load_weights(self, model, checkpoint: dict, path: Path, resuming: bool, log=print):
-        check_compatible(path, checkpoint, self.vocab, model.config)
-        if resuming:
-            model.load_state_dict(checkpoint["model"])
-        else:
-            load_pretrained(model, checkpoint, path, log)
 
     def train_batches(self, position: dict | None):
         return self.data("train").batches(position)

@@ -187,6 +187,15 @@ def load_pretrained(model: nn.Module, checkpoint: dict, path: Path, log):
     log(f"  not used: {', '.join(unused) or 'nothing'}")
 
 
+def load_weights(model: nn.Module, checkpoint: dict, path: Path, vocab, resuming: bool, log):
+    """A checkpoint's weights into the model: all of them to resume a run, else as a start."""
+    check_compatible(path, checkpoint, vocab, model.config)
+    if resuming:
+        model.load_state_dict(checkpoint["model"])
+    else:
+        load_pretrained(model, checkpoint, path, log)
+
+
 def rotate_checkpoints(directory: Path, keep: int):
     """checkpoint.pt is the latest; keep-1 older ones stay as checkpoint-STEP.pt."""
     latest = directory / "checkpoint.pt"
@@ -476,7 +485,7 @@ class Trainer:
             run_dir = shared[0]
         log = RunLog(run_dir if self.rank == 0 else None, config)
         if checkpoint is not None:
-            task.load_weights(model, checkpoint, checkpoint_path, resuming, log)
+            load_weights(model, checkpoint, checkpoint_path, task.vocab, resuming, log)
         compiled = torch.compile(model) if config.compile else model
         if torch.distributed.is_initialized():  # compile, then DDP, as nanoGPT does
             compiled = DistributedDataParallel(compiled, device_ids=[device.index] if device.type == "cuda" else None)
@@ -598,7 +607,7 @@ class Trainer:
         where the labels are hidden (GLUE), write the predictions as a submission file instead."""
         checkpoint = load_checkpoint(checkpoint_path)
         model = self.task.build_model(checkpoint["model_config"]["max_len"]).to(self.device)
-        self.task.load_weights(model, checkpoint, checkpoint_path, resuming=True)
+        load_weights(model, checkpoint, checkpoint_path, self.task.vocab, resuming=True, log=print)
         run_dir = run_dir_of(checkpoint_path) or checkpoint_path.parent
         step = checkpoint["step"]
         if self.task.labels_hidden("test"):
