@@ -73,7 +73,7 @@ def random_bert(model_class, vocab_dir, directory, **save_options):
     torch.manual_seed(0)
     vocab_size = sum(1 for _ in (vocab_dir / "vocab.txt").open(encoding="utf-8"))
     config = BertConfig(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=128, max_position_embeddings=64)
+                        intermediate_size=128, max_position_embeddings=128)  # more than seq-len 64
     model = model_class(config).eval()
     model.save_pretrained(directory, **save_options)
     shutil.copy(vocab_dir / "vocab.txt", directory / "vocab.txt")
