@@ -103,13 +103,15 @@ class EncodedSentences:
         np.cumsum([len(sample) for sample in ids], out=self.offsets[1:])
         self.labels = sentences.labels
         self.index = sentences.index
+        self.seq_len = seq_len
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def batch(self, rows: np.ndarray, pad_id: int) -> dict:
         longest = int((self.offsets[rows + 1] - self.offsets[rows]).max())
-        width = -(-longest // 8) * 8  # few distinct shapes: fewer recompiles, aligned matmuls
+        # few distinct shapes (fewer recompiles, aligned matmuls), never past the position table
+        width = min(-(-longest // 8) * 8, self.seq_len)
         input_ids, real = gather_padded(self.tokens, self.offsets, rows, width, pad_id)
         return {"input_ids": input_ids, "attention_mask": real, "labels": self.labels[rows]}
 

@@ -174,3 +174,14 @@ def test_fill_mask_and_classify_scripts(mlm_checkpoint, sst2_run, capsys, tmp_pa
         classify.main(["--cp", str(mlm_checkpoint), "fine"])  # an MLM checkpoint has no classifier
     assert exit_info.value.code == 2
     assert "a mlm checkpoint; expected sst2 or classify" in capsys.readouterr().err
+
+
+def test_batch_width_rounds_to_8_but_never_past_seq_len(base_dir):
+    vocab = load_vocab(base_dir / "vocab")
+    long_sentence = " ".join(["wonderful"] * 40)
+    sentences = read_sentences(find_split_file(base_dir / "datasets", "val"))
+    sentences.texts[0] = long_sentence
+    encoded = EncodedSentences(sentences, vocab, seq_len=21)  # not a multiple of 8
+    batch = encoded.batch(np.arange(4), vocab.pad_id)
+    assert batch["input_ids"].shape[1] == 21
+    assert batch["attention_mask"][0].all()
