@@ -8,9 +8,11 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+from classification_dataset import HIDDEN_LABEL, EncodedSentences, Sentences  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from model import BertForSequenceClassification  # noqa: E402
 from trainer import restore_model  # noqa: E402
@@ -20,14 +22,15 @@ CLASSIFIERS = {"sst2": BertForSequenceClassification, "classify": BertForSequenc
 
 @torch.no_grad()
 def classify(model, vocab, sentences: list[str], batch_size: int = 64) -> list[tuple[int, float]]:
-    """(label, probability) for each sentence, in order."""
+    """(label, probability) for each sentence, in order; batches as fine-tuning makes them."""
+    count = len(sentences)
+    encoded = EncodedSentences(Sentences(sentences, np.full(count, HIDDEN_LABEL), np.arange(count)),
+                               vocab, model.config.max_len)
     results = []
-    for start in range(0, len(sentences), batch_size):
-        pieces = vocab.encode(sentences[start:start + batch_size])
-        ids = [[vocab.cls_id, *p[:model.config.max_len - 2], vocab.sep_id] for p in pieces]
-        width = max(len(row) for row in ids)
-        input_ids = torch.tensor([row + [vocab.pad_id] * (width - len(row)) for row in ids])
-        logits, _ = model(input_ids, attention_mask=input_ids != vocab.pad_id)
+    for start in range(0, count, batch_size):
+        batch = encoded.batch(np.arange(start, min(start + batch_size, count)), vocab.pad_id)
+        logits, _ = model(torch.from_numpy(batch["input_ids"]),
+                          attention_mask=torch.from_numpy(batch["attention_mask"]))
         probabilities, labels = logits.float().softmax(-1).max(-1)
         results += list(zip(labels.tolist(), probabilities.tolist()))
     return results

@@ -396,13 +396,14 @@ class Run:
 class Throughput:
     """Loss, tokens/s and MFU between two log lines, evaluation time left out."""
 
-    def __init__(self, trainer: "Trainer", step: int):
+    def __init__(self, trainer: "Trainer", run: Run):
         self.trainer = trainer
-        self.flops_per_token = None
+        self.flops_per_token = flops_per_token(unwrap(run.model).config, trainer.config.seq_len,
+                                               trainer.task.predictions_per_token)
         self.peak = measure_matmul_flops(trainer.device, trainer.dtype) if trainer.rank == 0 else 1.0
         self.loss_sum = torch.zeros((), device=trainer.device)
         self.tokens = 0  # from batch shapes, padding included: no device sync
-        self.since, self.since_step, self.pause = time.perf_counter(), step, 0.0
+        self.since, self.since_step, self.pause = time.perf_counter(), run.step, 0.0
 
     @contextmanager
     def paused(self):
@@ -415,9 +416,6 @@ class Throughput:
     def log(self, run: Run) -> float:
         """Write the train line and scalars; returns the mean loss since the last line."""
         trainer, config = self.trainer, self.trainer.config
-        if self.flops_per_token is None:
-            self.flops_per_token = flops_per_token(unwrap(run.model).config, config.seq_len,
-                                                   trainer.task.predictions_per_token)
         elapsed = time.perf_counter() - self.since - self.pause
         if torch.distributed.is_initialized():  # the mean over all ranks' micro-batches
             torch.distributed.all_reduce(self.loss_sum)
@@ -495,7 +493,7 @@ class Trainer:
                   run_dir=run_dir, log=log, finite=torch.ones((), dtype=torch.bool, device=device))
         if resuming:
             run.optimizer.load_state_dict(checkpoint["optimizer"])
-            states = checkpoint.get("rng_per_rank") or [checkpoint["rng"]]  # one per rank that saved it
+            states = checkpoint["rng_per_rank"]  # one per rank that saved it
             if self.rank < len(states):
                 restore_rng(states[self.rank], mask_generator)
             else:
@@ -510,7 +508,7 @@ class Trainer:
         """The loop: lr for this step, micro-steps, clip, step; log, validate, save, stop."""
         config = self.config
         batches = prefetch(self.task.train_batches(run.position), self.device, config.async_to_device)
-        meter = Throughput(self, run.step)
+        meter = Throughput(self, run)
         progress = tqdm(total=config.max_iters, initial=run.step, dynamic_ncols=True,
                         disable=None if self.rank == 0 else True)  # None: a bar on terminals only
         while run.step < config.max_iters:
