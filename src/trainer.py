@@ -385,6 +385,7 @@ class Run:
     log: RunLog
     finite: torch.Tensor  # on the device: False once any loss was nan or inf
     step: int = 0
+    tokens: int = 0  # input positions trained on, all ranks, padding included (from shapes: no sync)
     position: dict | None = None  # of the data stream, for exact resume
     best: float | None = None
 
@@ -402,8 +403,7 @@ class Throughput:
                                                trainer.task.predictions_per_token)
         self.peak = measure_matmul_flops(trainer.device, trainer.dtype) if trainer.rank == 0 else 1.0
         self.loss_sum = torch.zeros((), device=trainer.device)
-        self.tokens = 0  # from batch shapes, padding included: no device sync
-        self.since, self.since_step, self.pause = time.perf_counter(), run.step, 0.0
+        self.since, self.since_step, self.since_tokens, self.pause = time.perf_counter(), run.step, run.tokens, 0.0
 
     @contextmanager
     def paused(self):
@@ -421,15 +421,14 @@ class Throughput:
             torch.distributed.all_reduce(self.loss_sum)
             self.loss_sum /= trainer.world_size
         mean_loss = self.loss_sum.item() / ((run.step - self.since_step) * config.grad_accum_steps)
-        tokens_per_sec = self.tokens / elapsed
+        tokens_per_sec = (run.tokens - self.since_tokens) / elapsed
         mfu = self.flops_per_token * tokens_per_sec / trainer.world_size / self.peak
         lr = cosine_lr(run.step - 1, config)
         run.log(f"step {run.step} | loss {mean_loss:.4f} | lr {lr:.2e} | {tokens_per_sec:,.0f} tok/s | mfu {mfu:.1%}")
-        run.log.scalars(run.step, {"train/loss": mean_loss, "train/lr": lr,
+        run.log.scalars(run.step, {"train/loss": mean_loss, "train/lr": lr, "train/tokens": run.tokens,
                                    "train/tokens_per_sec": tokens_per_sec, "train/mfu": mfu})
         self.loss_sum.zero_()
-        self.tokens = 0
-        self.since, self.since_step, self.pause = time.perf_counter(), run.step, 0.0
+        self.since, self.since_step, self.since_tokens, self.pause = time.perf_counter(), run.step, run.tokens, 0.0
         return mean_loss
 
 
@@ -500,8 +499,12 @@ class Trainer:
                 log(f"note: the checkpoint holds random states for {len(states)} process(es); "
                     f"ranks {len(states)} and up start from fresh seeds")
             run.step, run.best, run.position = checkpoint["step"], checkpoint["best"], checkpoint["data_position"]
+            run.tokens = checkpoint.get("tokens", 0)  # older checkpoints did not count
             log(f"resuming {checkpoint_path} at step {run.step}")
         self.log_header(log, model, run_dir)
+        if self.rank == 0:  # what compare_runs.py and a reader of the run directory look up
+            lines = config.describe() + [f"# {self.world_size} process(es)"]
+            atomic_write(run_dir / "config.ini", lambda temp: temp.write_text("\n".join(lines) + "\n"))
         return run
 
     def train(self, run: "Run", stop: StopRequest):
@@ -540,7 +543,7 @@ class Trainer:
             group["lr"] = cosine_lr(run.step, config)
         for micro in range(accumulation):
             run.position, batch = next(batches)
-            meter.tokens += batch["input_ids"].numel() * self.world_size
+            run.tokens += batch["input_ids"].numel() * self.world_size
             last = micro == accumulation - 1
             with nullcontext() if last or self.world_size == 1 else run.compiled.no_sync():
                 with self.autocast:
@@ -563,7 +566,7 @@ class Trainer:
         model = run.compiled.module if isinstance(run.compiled, DistributedDataParallel) else run.compiled
         metrics = evaluate(model, task, task.eval_batches("val", self.config.val_iters), self.autocast)
         run.log(f"step {run.step} | " + " | ".join(f"val {name} {value:.4f}" for name, value in metrics.items()))
-        run.log.scalars(run.step, {f"val/{name}": value for name, value in metrics.items()})
+        run.log.scalars(run.step, {f"val/{name}": value for name, value in metrics.items()} | {"val/tokens": run.tokens})
         if self.rank == 0:
             run.log(task.show_predictions(model, self.autocast))
         score = metrics[task.best_metric]
@@ -589,7 +592,7 @@ class Trainer:
         directory = run.checkpoints
         directory.mkdir(parents=True, exist_ok=True)
         model = unwrap(run.model)
-        state = {"format": CHECKPOINT_FORMAT, "task": self.task.name, "step": run.step,
+        state = {"format": CHECKPOINT_FORMAT, "task": self.task.name, "step": run.step, "tokens": run.tokens,
                  "model": model.state_dict(), "optimizer": run.optimizer.state_dict(),
                  "config": self.config.to_dict(), "model_config": asdict(model.config),
                  "vocab_checksum": self.task.vocab.checksum, "vocab": list(self.task.vocab.tokens),

@@ -25,7 +25,8 @@ from vocab import load_vocab
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT_KEYS = {"model", "optimizer", "config", "step", "data_position", "rng", "best"}
-SCALAR_TAGS = {"train/loss", "train/lr", "train/tokens_per_sec", "train/mfu", "val/loss", "val/accuracy"}
+SCALAR_TAGS = {"train/loss", "train/lr", "train/tokens", "train/tokens_per_sec", "train/mfu",
+               "val/loss", "val/accuracy", "val/tokens"}
 
 
 def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -101,6 +102,23 @@ def test_training_lowers_validation_loss_and_beats_chance(mlm_trained_run):
     assert accuracy[-1] > 20 / vocab_size
     train_loss = [value for _, value in values["train/loss"]]
     assert np.mean(train_loss[-10:]) < np.mean(train_loss[:10]) - 0.8
+
+
+def test_run_directory_keeps_a_config_that_loads_back(mlm_trained_run):
+    run_dir = mlm_trained_run / "runs" / "run0"
+    saved = main.load_config(run_dir / "config.ini", [])
+    assert saved.to_dict() == load(run_dir / "checkpoints" / "checkpoint.pt")["config"]
+
+
+def test_tokens_count_every_input_position(mlm_trained_run):
+    """Batches of batch-size x seq-len: tokens at step s are s times that, in events and checkpoints."""
+    run_dir = mlm_trained_run / "runs" / "run0"
+    config = main.load_config(run_dir / "config.ini", [])
+    per_step = config.batch_size * config.seq_len
+    for tag in ("train/tokens", "val/tokens"):
+        assert all(value == step * per_step for step, value in scalars(run_dir)[tag])
+    checkpoint = load(run_dir / "checkpoints" / "checkpoint.pt")
+    assert checkpoint["tokens"] == checkpoint["step"] * per_step
 
 
 def test_log_has_a_line_per_step_and_per_validation(mlm_trained_run):
