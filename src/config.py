@@ -40,7 +40,7 @@ def one_of(*choices: str) -> Rule:
 
 # One table for every per-field check; fields not listed accept any value of their type.
 RULES = {
-    "task_type": one_of("mlm", "sst2", "classify"),
+    "task_type": one_of("mlm", "clm", "sst2", "classify"),
     "seq_len": within(16, 2048),
     "batch_size": at_least(1),
     "grad_accum_steps": at_least(1),
@@ -52,6 +52,10 @@ RULES = {
     "n_layer": at_least(1),
     "d_ff": at_least(0),
     "dropout": within(0, 1, "[)"),
+    "norm": one_of("postln", "preln", "rmsnorm"),
+    "position": one_of("learned", "rope"),
+    "feed_forward": one_of("gelu", "geglu"),
+    "sentence_objective": one_of("none", "nsp", "sop"),
     "dtype": one_of("auto", "bfloat16", "float16", "float32"),
     "device": Rule(lambda value: re.fullmatch(r"auto|cpu|cuda(:\d+)?", value) is not None,
                    "auto, cpu, cuda or cuda:N"),
@@ -76,6 +80,10 @@ RULES = {
 CROSS_FIELD_RULES = (
     (lambda v: v["d_model"] % v["heads"] == 0,
      "d-model = {d_model} is not divisible by heads = {heads}"),
+    (lambda v: v["position"] != "rope" or v["d_model"] // v["heads"] % 2 == 0,
+     "position = rope needs an even head width, but d-model / heads = {d_model} / {heads} is odd"),
+    (lambda v: v["sentence_objective"] == "none" or v["task_type"] == "mlm",
+     "sentence-objective = {sentence_objective} goes with task-type = mlm, not {task_type}"),
     (lambda v: v["min_learning_rate"] <= v["learning_rate"],
      "min-learning-rate = {min_learning_rate} is above learning-rate = {learning_rate}"),
     (lambda v: v["lr_decay_iters"] >= v["warmup_iters"],
@@ -86,7 +94,7 @@ CROSS_FIELD_RULES = (
 @dataclass(frozen=True)
 class Config:
     """Every setting of a run. INI keys are the field names with '-' for '_'."""
-    task_type: str = "mlm"  # mlm: pre-training; sst2/classify: single-sentence classification
+    task_type: str = "mlm"  # mlm/clm: masked/causal LM pre-training; sst2/classify: single-sentence classification
     seq_len: int = 128
     batch_size: int = 32  # per process
     grad_accum_steps: int = 1
@@ -96,8 +104,12 @@ class Config:
     d_model: int = 256
     heads: int = 4
     n_layer: int = 4
-    d_ff: int = 0  # 0 means 4 * d_model, see feed_forward_size
+    d_ff: int = 0  # 0: as many parameters as 4 * d_model with gelu, see feed_forward_size
     dropout: float = 0.1
+    norm: str = "postln"  # postln (BERT), preln (LayerNorm before each sublayer), rmsnorm (preln, RMSNorm)
+    position: str = "learned"  # learned absolute positions (BERT), or rope (rotary, in attention)
+    feed_forward: str = "gelu"  # gelu (BERT), or geglu (gated GELU)
+    sentence_objective: str = "none"  # with task-type mlm: nsp (next sentence) or sop (sentence order)
     async_to_device: bool = True
     fused_adamw: bool = True
     compile: bool = False
@@ -145,7 +157,13 @@ class Config:
 
     @property
     def feed_forward_size(self) -> int:
-        return self.d_ff or 4 * self.d_model
+        """d-ff, or by default 4 * d-model; for geglu, whose input matrix is twice as wide,
+        8/3 * d-model rounded up to a multiple of 8: the same parameter count."""
+        if self.d_ff:
+            return self.d_ff
+        if self.feed_forward == "geglu":
+            return -(-8 * self.d_model // 3 // 8) * 8
+        return 4 * self.d_model
 
     def to_dict(self) -> dict[str, Any]:
         """INI key -> plain value; safe for torch.save and torch.load(weights_only=True)."""

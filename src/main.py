@@ -18,11 +18,11 @@ import distributed
 from classification_dataset import ClassificationTask
 from config import Config, load_config
 from errors import UserError, exit_on_user_error
-from mlm_dataset import MaskedLMTask
+from mlm_dataset import CausalLMTask, MaskedLMTask
 from trainer import Trainer, select_device
 from vocab import load_vocab
 
-TASKS = {"mlm": MaskedLMTask, "sst2": ClassificationTask, "classify": ClassificationTask}
+TASKS = {"mlm": MaskedLMTask, "clm": CausalLMTask, "sst2": ClassificationTask, "classify": ClassificationTask}
 
 
 def parse_args(argv):

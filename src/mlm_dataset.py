@@ -1,4 +1,5 @@
-"""MLM batches from precached shards: seeded order per epoch, train shards round-robin by epoch.
+"""MLM (and causal LM) batches from precached shards: seeded order per epoch, train shards
+round-robin by epoch.
 
 A batch is a dict of numpy arrays padded to seq-len. Static shards bring their stored masks;
 unmasked shards leave masking to the trainer, on the device, fresh each epoch.
@@ -12,7 +13,7 @@ import torch
 from batching import BatchOrder, gather_padded
 from errors import UserError
 from masking import IGNORE_INDEX, MaskingRule, mask_tokens, predictions_per_sequence
-from model import BertForMaskedLM
+from model import BertForCausalLM, BertForMaskedLM
 from shards import Shard, find_shards, read_shard
 from trainer import model_config, to_device
 
@@ -171,3 +172,49 @@ class MaskedLMTask:
             else:
                 words.append(token)
         return " ".join(words)
+
+
+class CausalLMTask(MaskedLMTask):
+    """Causal language modelling on the same unmasked shards: the encoder with a causal mask,
+    each position predicting the next token; loss and accuracy over every real next token."""
+    name = "clm"
+    predictions_per_token = 1.0  # the head scores every position
+
+    def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
+        super().__init__(config, vocab, device, rank, world_size)
+        first = self.data("train").paths[0]
+        if self.data("train").shard_for_epoch(0).mask_offsets is not None:
+            raise UserError(f"{first}: holds static masks; task-type = clm needs unmasked shards "
+                            f"(prepare_mlm_dataset.py without --masking static)")
+
+    def build_model(self, max_len: int | None = None) -> BertForCausalLM:
+        return BertForCausalLM(model_config(self.config, self.vocab, max_len))
+
+    def eval_batches(self, split: str, count: int | None):
+        for batch in self.data(split).fixed_batches(count):
+            yield to_device(batch, self.device, non_blocking=False)
+
+    def next_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Labels: the token after each position; IGNORE_INDEX after the last and before padding."""
+        following = torch.cat([input_ids[:, 1:], torch.full_like(input_ids[:, :1], self.vocab.pad_id)], dim=1)
+        return following.masked_fill(following == self.vocab.pad_id, IGNORE_INDEX)
+
+    def loss(self, model, batch: dict, training: bool, generator: torch.Generator | None = None):
+        labels = self.next_tokens(batch["input_ids"])
+        logits, loss = model(batch["input_ids"], labels, attention_mask=batch["attention_mask"])
+        scored = labels != IGNORE_INDEX
+        hits = ((logits.argmax(-1) == labels) & scored).sum()
+        return loss, torch.stack([scored.sum(), hits])
+
+    @torch.no_grad()
+    def show_predictions(self, model, autocast) -> str:
+        """The first validation sample's opening, and the model's guess for each next token."""
+        batch = next(self.eval_batches("val", 1))
+        ids = batch["input_ids"][:1, :24]
+        model.eval()
+        with autocast:
+            logits, _ = model(ids)
+        model.train()
+        guesses = [self.vocab.cls_id] + logits[0, :-1].argmax(-1).tolist()
+        return (f"next-token guesses: {self.render(guesses, {})}\n"
+                f"original:           {self.render(ids[0].tolist(), {})}")

@@ -1,7 +1,9 @@
-"""BERT as published: embeddings, post-LayerNorm encoder layers, MLM and classification heads.
+"""BERT and the variants the experiments compare, in one file read top to bottom.
 
-One file, read top to bottom: Embeddings, SelfAttention, FeedForward, EncoderLayer, Encoder,
-then the task models BertForMaskedLM and BertForSequenceClassification.
+BERT as published is the default: learned positions, post-LayerNorm layers, GELU feed-forward.
+ModelConfig switches each part: norm (preln, rmsnorm), position (rope), feed_forward (geglu),
+causal attention (for causal LM). Then the models: BertForMaskedLM, BertForPreTraining (MLM +
+a next-sentence or sentence-order head), BertForCausalLM, BertForSequenceClassification.
 """
 from dataclasses import dataclass
 
@@ -10,6 +12,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from masking import IGNORE_INDEX
+
+NORMS = ("postln", "preln", "rmsnorm")
+POSITIONS = ("learned", "rope")
+FEED_FORWARDS = ("gelu", "geglu")
 
 
 @dataclass(frozen=True)
@@ -25,26 +31,70 @@ class ModelConfig:
     pad_id: int = 0
     num_labels: int = 2
     layer_norm_eps: float = 1e-12
+    norm: str = "postln"  # postln: BERT; preln: LayerNorm before each sublayer; rmsnorm: preln with RMSNorm
+    position: str = "learned"  # learned: a table added to the embeddings; rope: rotary, in attention
+    feed_forward: str = "gelu"  # gelu: BERT's; geglu: gated, GELU(x W) * (x V)
+    causal: bool = False  # each position attends to itself and earlier ones only
+    sentence_classes: int = 0  # BertForPreTraining: 2 for next-sentence or sentence-order prediction
 
     def __post_init__(self):
         if self.d_model % self.heads:
             raise ValueError(f"d_model {self.d_model} is not divisible by heads {self.heads}")
+        for name, choices in (("norm", NORMS), ("position", POSITIONS), ("feed_forward", FEED_FORWARDS)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} {getattr(self, name)!r} is not one of {choices}")
+        if self.position == "rope" and (self.d_model // self.heads) % 2:
+            raise ValueError(f"rope needs an even head width, not {self.d_model // self.heads}")
+
+    @property
+    def pre_norm(self) -> bool:
+        return self.norm != "postln"
+
+
+def make_norm(config: ModelConfig) -> nn.Module:
+    if config.norm == "rmsnorm":
+        return nn.RMSNorm(config.d_model, eps=config.layer_norm_eps)
+    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
 
 class Embeddings(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.token = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_id)
-        self.position = nn.Embedding(config.max_len, config.d_model)
+        # With rotary positions, attention knows the order; the embeddings carry none.
+        self.position = nn.Embedding(config.max_len, config.d_model) if config.position == "learned" else None
         self.segment = nn.Embedding(config.segments, config.d_model)
-        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.norm = make_norm(config)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, input_ids, segment_ids=None):
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        x = self.token(input_ids) + self.position(positions)
+        x = self.token(input_ids)
+        if self.position is not None:
+            x = x + self.position(torch.arange(input_ids.shape[1], device=input_ids.device))
         x = x + (self.segment.weight[0] if segment_ids is None else self.segment(segment_ids))
         return self.dropout(self.norm(x))
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding (RoPE, Su et al. 2021): rotate each pair of query and key
+    features by an angle proportional to the position, so scores depend on distance only."""
+
+    def __init__(self, config: ModelConfig, base: float = 10_000.0):
+        super().__init__()
+        head_width = config.d_model // config.heads
+        inverse_frequency = 1.0 / base ** (torch.arange(0, head_width, 2).float() / head_width)
+        angles = torch.outer(torch.arange(config.max_len).float(), inverse_frequency)
+        angles = torch.cat([angles, angles], dim=-1)  # [max_len, head_width], halves rotate together
+        # Not in the state dict: they follow from the config.
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, x, offset: int = 0):
+        """x: [batch, heads, length, head_width], positions offset .. offset + length - 1."""
+        length = x.shape[2]
+        cos, sin = self.cos[offset:offset + length].to(x.dtype), self.sin[offset:offset + length].to(x.dtype)
+        first, second = x.chunk(2, dim=-1)
+        return x * cos + torch.cat([-second, first], dim=-1) * sin
 
 
 class SelfAttention(nn.Module):
@@ -54,67 +104,95 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model)  # one matmul for q, k and v
         self.out = nn.Linear(config.d_model, config.d_model)
         self.dropout = config.dropout
+        self.causal = config.causal
 
-    def forward(self, x, attention_mask=None):
+    def forward(self, x, attention_mask=None, rotary=None):
         batch, length, width = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.heads, width // self.heads).permute(2, 0, 3, 1, 4)
+        if rotary is not None:
+            q, k = rotary(q), rotary(k)
         dropout = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, dropout_p=dropout)
+        # A padding mask is combined with causality in Encoder.attention_mask; alone, SDPA's flag is faster.
+        causal = self.causal and attention_mask is None
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, dropout_p=dropout, is_causal=causal)
         return self.out(y.transpose(1, 2).reshape(batch, length, width))
 
 
 class FeedForward(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.up = nn.Linear(config.d_model, config.d_ff)
+        self.gated = config.feed_forward == "geglu"
+        self.up = nn.Linear(config.d_model, (2 if self.gated else 1) * config.d_ff)  # geglu: gate and value
         self.down = nn.Linear(config.d_ff, config.d_model)
 
     def forward(self, x):
+        if self.gated:
+            gate, value = self.up(x).chunk(2, dim=-1)
+            return self.down(F.gelu(gate) * value)
         return self.down(F.gelu(self.up(x)))
 
 
 class EncoderLayer(nn.Module):
-    """Post-LayerNorm, as in the BERT paper: normalise after each residual sum."""
+    """Post-norm (BERT: normalise after each residual sum) or pre-norm (normalise each
+    sublayer's input, keep the residual stream untouched: trains stably at higher rates)."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
+        self.pre_norm = config.pre_norm
         self.attention = SelfAttention(config)
-        self.attention_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.attention_norm = make_norm(config)
         self.feed_forward = FeedForward(config)
-        self.feed_forward_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.feed_forward_norm = make_norm(config)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x, attention_mask=None):
-        x = self.attention_norm(x + self.dropout(self.attention(x, attention_mask)))
+    def forward(self, x, attention_mask=None, rotary=None):
+        if self.pre_norm:
+            x = x + self.dropout(self.attention(self.attention_norm(x), attention_mask, rotary))
+            return x + self.dropout(self.feed_forward(self.feed_forward_norm(x)))
+        x = self.attention_norm(x + self.dropout(self.attention(x, attention_mask, rotary)))
         return self.feed_forward_norm(x + self.dropout(self.feed_forward(x)))
 
 
 class Encoder(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
+        self.causal = config.causal
         self.embeddings = Embeddings(config)
+        self.rotary = Rotary(config) if config.position == "rope" else None
         self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_layer))
+        # Pre-norm leaves the residual stream unnormalised: one norm after the last layer.
+        self.final_norm = make_norm(config) if config.pre_norm else None
 
     def forward(self, input_ids, attention_mask=None, segment_ids=None):
         """attention_mask: bool [batch, length], True for real tokens; None when nothing is padded."""
-        if attention_mask is not None:
-            attention_mask = attention_mask[:, None, None, :]  # broadcast over heads and queries
+        attention_mask = self.attention_mask(attention_mask)
         x = self.embeddings(input_ids, segment_ids)
         for layer in self.layers:
-            x = layer(x, attention_mask)
-        return x
+            x = layer(x, attention_mask, self.rotary)
+        return x if self.final_norm is None else self.final_norm(x)
+
+    def attention_mask(self, real):
+        """[batch, 1, queries, keys] for SDPA: which keys each query may see."""
+        if real is None:
+            return None  # causal alone is SDPA's is_causal
+        mask = real[:, None, None, :]  # broadcast over heads and queries
+        if self.causal:
+            length = real.shape[1]
+            mask = mask & torch.ones(length, length, dtype=torch.bool, device=real.device).tril()
+        return mask
 
 
 def init_weights(module: nn.Module):
-    """BERT's initialisation: normal(0, 0.02) weights, zero biases, unit LayerNorm."""
+    """BERT's initialisation: normal(0, 0.02) weights, zero biases, unit norms."""
     if isinstance(module, (nn.Linear, nn.Embedding)):
         nn.init.normal_(module.weight, mean=0.0, std=0.02)
     if isinstance(module, nn.Linear) and module.bias is not None:
         nn.init.zeros_(module.bias)
     if isinstance(module, nn.Embedding) and module.padding_idx is not None:
         nn.init.zeros_(module.weight[module.padding_idx])
-    if isinstance(module, nn.LayerNorm):
+    if isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
         nn.init.ones_(module.weight)
+    if isinstance(module, nn.LayerNorm):
         nn.init.zeros_(module.bias)
 
 
@@ -124,7 +202,7 @@ class MaskedLMHead(nn.Module):
     def __init__(self, config: ModelConfig, token_embedding: nn.Embedding):
         super().__init__()
         self.dense = nn.Linear(config.d_model, config.d_model)
-        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.norm = make_norm(config)
         self.token_embedding = token_embedding
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
@@ -142,18 +220,63 @@ class BertForMaskedLM(nn.Module):
         self.apply(init_weights)
 
     def forward(self, input_ids, positions, labels=None, attention_mask=None, segment_ids=None):
-        """Logits at the masked positions only, [batch, P, vocab], and their mean loss.
-
-        The head runs on the gathered masked positions (about 15% of the tokens): the same
-        loss as scoring every position, at a fraction of the work.
-        """
+        """Logits at the masked positions only, [batch, P, vocab], and their mean loss."""
         hidden = self.encoder(input_ids, attention_mask, segment_ids)
+        logits = self.predict_masked(hidden, positions)
+        return logits, None if labels is None else token_loss(logits, labels)
+
+    def predict_masked(self, hidden, positions):
+        """The head runs on the gathered masked positions (about 15% of the tokens): the same
+        loss as scoring every position, at a fraction of the work."""
         index = positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
-        logits = self.head(hidden.gather(1, index))
+        return self.head(hidden.gather(1, index))
+
+
+def token_loss(logits, labels):
+    """Mean cross-entropy over the labelled tokens (IGNORE_INDEX elsewhere), in fp32."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
+
+
+class BertForPreTraining(BertForMaskedLM):
+    """MLM plus a sentence-pair task on the pooled [CLS]: next-sentence prediction (BERT) or
+    sentence-order prediction (ALBERT). The pooler is the one fine-tuning starts from."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config)
+        self.pooler = nn.Linear(config.d_model, config.d_model)
+        self.sentence_head = nn.Linear(config.d_model, config.sentence_classes)
+        self.pooler.apply(init_weights)
+        self.sentence_head.apply(init_weights)
+
+    def forward(self, input_ids, positions, labels=None, attention_mask=None, segment_ids=None,
+                sentence_labels=None):
+        """(masked logits, sentence logits [batch, classes], MLM loss + sentence loss)."""
+        hidden = self.encoder(input_ids, attention_mask, segment_ids)
+        logits = self.predict_masked(hidden, positions)
+        sentence_logits = self.sentence_head(torch.tanh(self.pooler(hidden[:, 0])))
         if labels is None:
-            return logits, None
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
-        return logits, loss
+            return logits, sentence_logits, None
+        loss = token_loss(logits, labels) + F.cross_entropy(sentence_logits.float(), sentence_labels)
+        return logits, sentence_logits, loss
+
+
+class BertForCausalLM(nn.Module):
+    """The same encoder with causal attention and the MLM head on every position: each
+    position predicts the next token."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        if not config.causal:
+            raise ValueError("BertForCausalLM needs ModelConfig(causal=True)")
+        self.config = config
+        self.encoder = Encoder(config)
+        self.head = MaskedLMHead(config, self.encoder.embeddings.token)
+        self.apply(init_weights)
+
+    def forward(self, input_ids, labels=None, attention_mask=None):
+        """labels: [batch, length], the next token at each position, IGNORE_INDEX where none."""
+        logits = self.head(self.encoder(input_ids, attention_mask))
+        return logits, None if labels is None else token_loss(logits, labels)
 
 
 class BertForSequenceClassification(nn.Module):
@@ -183,11 +306,13 @@ def count_parameters(model: nn.Module) -> int:
 def flops_per_token(config: ModelConfig, seq_len: int, predictions_per_token: float) -> float:
     """Training FLOPs per input token (forward + backward = 3x forward), for MFU.
 
-    Encoder matmuls: 2 * (4 d^2 + 2 d d_ff) per layer plus attention scores and mixing
-    (2 * 2 * seq_len * d); the MLM head runs on `predictions_per_token` of the tokens.
+    Encoder matmuls: 2 * (4 d^2 + 2 d d_ff) per layer (3 d d_ff with geglu's gate) plus attention
+    scores and mixing (2 * 2 * seq_len * d, counted whole with a causal mask too); the head
+    runs on `predictions_per_token` of the tokens.
     """
     d, layers = config.d_model, config.n_layer
-    encoder = layers * (2 * (4 * d * d + 2 * d * config.d_ff) + 4 * seq_len * d)
+    feed_forward = (3 if config.feed_forward == "geglu" else 2) * d * config.d_ff
+    encoder = layers * (2 * (4 * d * d + feed_forward) + 4 * seq_len * d)
     head = predictions_per_token * 2 * (d * d + d * config.vocab_size)
     return 3 * (encoder + head)
 

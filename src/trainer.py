@@ -10,7 +10,7 @@ import signal
 import sys
 import time
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -25,6 +25,7 @@ from model import ModelConfig, count_parameters, flops_per_token
 from vocab import Vocab
 
 CHECKPOINT_FORMAT = 1
+MODEL_DEFAULTS = {field.name: field.default for field in fields(ModelConfig)}
 
 
 # ----------------------------------------------------------------------------- schedule
@@ -142,7 +143,9 @@ def restore_model(path: Path, kinds: dict[str, type]) -> tuple[nn.Module, "Vocab
     if checkpoint["task"] not in kinds:
         raise UserError(f"{path}: a {checkpoint['task']} checkpoint; expected {' or '.join(kinds)}")
     model = kinds[checkpoint["task"]](ModelConfig(**checkpoint["model_config"]))
-    model.load_state_dict(checkpoint["model"])
+    missing, _ = model.load_state_dict(checkpoint["model"], strict=False)  # unused heads (NSP) may stay behind
+    if missing:
+        raise UserError(f"{path}: weights missing for {type(model).__name__}: {', '.join(missing[:5])}")
     return model.eval(), Vocab(tuple(checkpoint["vocab"])), checkpoint
 
 
@@ -154,7 +157,10 @@ def model_config(config: Config, vocab, max_len: int | None = None) -> ModelConf
         raise UserError(f"seq-len = {config.seq_len}: the checkpoint's model has positions for {max_len} tokens")
     return ModelConfig(vocab_size=vocab.size, max_len=max_len, d_model=config.d_model,
                        heads=config.heads, n_layer=config.n_layer, d_ff=config.feed_forward_size,
-                       dropout=config.dropout, pad_id=vocab.pad_id, num_labels=config.num_labels)
+                       dropout=config.dropout, pad_id=vocab.pad_id, num_labels=config.num_labels,
+                       norm=config.norm, position=config.position, feed_forward=config.feed_forward,
+                       causal=config.task_type == "clm",
+                       sentence_classes=0 if config.sentence_objective == "none" else 2)
 
 
 def check_compatible(path: Path, checkpoint: dict, vocab, current: ModelConfig):
@@ -162,9 +168,9 @@ def check_compatible(path: Path, checkpoint: dict, vocab, current: ModelConfig):
     if checkpoint.get("vocab_checksum") != vocab.checksum:
         raise UserError(f"{path}: made with another vocabulary than {vocab.path} (checksum differs)")
     for key, value in asdict(current).items():
-        if key in ("dropout", "num_labels"):
-            continue  # free to change between runs
-        saved = checkpoint["model_config"].get(key)
+        if key in ("dropout", "num_labels", "causal", "sentence_classes"):
+            continue  # free to change between runs and tasks: pre-training heads come and go
+        saved = checkpoint["model_config"].get(key, MODEL_DEFAULTS.get(key))  # older checkpoints lack new keys
         if saved != value:
             raise UserError(f"{path}: {key} is {saved} in the checkpoint but {value} "
                             f"from the config and vocabulary")

@@ -189,7 +189,7 @@ def test_unknown_key_names_file_line_and_suggests(tmp_path):
     ("mask-rate = 0", "mask-rate = 0.0: expected a number in (0, 1)"),
     ("learning-rate = 0", "learning-rate = 0.0: expected a number > 0"),
     ("dist-master-port = 70000", "dist-master-port = 70000: expected an integer in [1, 65535]"),
-    ("task-type = bert", "task-type = 'bert': expected one of mlm, sst2, classify"),
+    ("task-type = bert", "task-type = 'bert': expected one of mlm, clm, sst2, classify"),
     ("device = gpu", "device = 'gpu': expected auto, cpu, cuda or cuda:N"),
     ("compile = maybe", "compile = 'maybe': expected a boolean"),
 ])
@@ -213,6 +213,14 @@ def test_cross_field_errors_name_the_file(tmp_path):
         f"{path}: d-model = 100 is not divisible by heads = 12"
     assert "min-learning-rate" in load_error(tmp_path, "learning-rate = 1e-5\nmin-learning-rate = 1e-4")
     assert "lr-decay-iters" in load_error(tmp_path, "warmup-iters = 500\nlr-decay-iters = 100")
+
+
+def test_variant_keys(tmp_path):
+    assert load_config(write_config(tmp_path, "d-model = 128\nfeed-forward = geglu\n"), []).feed_forward_size == 344
+    assert load_config(write_config(tmp_path, "d-model = 128\n"), []).feed_forward_size == 512
+    assert load_error(tmp_path, "norm = layernorm\n").endswith("norm = 'layernorm': expected one of postln, preln, rmsnorm")
+    assert load_error(tmp_path, "d-model = 96\nheads = 32\nposition = rope\n").endswith(
+        "position = rope needs an even head width, but d-model / heads = 96 / 32 is odd")
 
 
 def test_overrides_win_over_the_file(tmp_path):

@@ -1,0 +1,171 @@
+"""The model variants of the experiments: norms, rotary positions, GEGLU, causal attention, NSP head."""
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from masking import IGNORE_INDEX, MaskingRule, mask_tokens
+from model import (BertForCausalLM, BertForMaskedLM, BertForPreTraining, ModelConfig, Rotary,
+                   count_parameters)
+from vocab import load_vocab
+
+VARIANTS = [dict(norm=norm, position=position, feed_forward=feed_forward)
+            for norm, position, feed_forward in itertools.product(("postln", "preln", "rmsnorm"),
+                                                                 ("learned", "rope"), ("gelu", "geglu"))]
+
+
+def tiny_config(vocab_size: int, **changes) -> ModelConfig:
+    values = dict(vocab_size=vocab_size, max_len=64, d_model=64, heads=4, n_layer=2, d_ff=128, dropout=0.0)
+    return ModelConfig(**{**values, **changes})
+
+
+@pytest.fixture(scope="module")
+def review_ids(imdb_reviews, vocab_dir) -> tuple[torch.Tensor, object]:
+    """32 rows of 64 real word pieces, [CLS] ... [SEP]."""
+    vocab = load_vocab(vocab_dir)
+    pieces = np.concatenate([np.array(ids) for ids in vocab.encode(imdb_reviews[:300])])
+    rows = torch.from_numpy(pieces[:32 * 62].astype(np.int64)).view(32, 62)
+    ids = torch.cat([torch.full((32, 1), vocab.cls_id), rows, torch.full((32, 1), vocab.sep_id)], dim=1)
+    return ids, vocab
+
+
+def train_losses(model, step, steps: int = 30) -> list[float]:
+    torch.manual_seed(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    losses = []
+    for _ in range(steps):
+        loss = step(model)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(v.values()))
+def test_every_variant_learns_masked_language_modelling(variant, review_ids):
+    ids, vocab = review_ids
+    torch.manual_seed(0)
+    model = BertForMaskedLM(tiny_config(vocab.size, **variant))
+    inputs, positions, labels = mask_tokens(ids, torch.tensor(vocab.special_ids), vocab.mask_id, vocab.size,
+                                            MaskingRule(), torch.Generator().manual_seed(0))
+    losses = train_losses(model, lambda m: m(inputs, positions, labels)[1])
+    assert np.mean(losses[-5:]) < losses[0] - 1.0, losses
+
+
+def test_causal_model_learns_next_tokens(review_ids):
+    ids, vocab = review_ids
+    torch.manual_seed(0)
+    model = BertForCausalLM(tiny_config(vocab.size, causal=True, norm="preln", position="rope"))
+    labels = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], IGNORE_INDEX)], dim=1)
+    losses = train_losses(model, lambda m: m(ids, labels)[1])
+    assert np.mean(losses[-5:]) < losses[0] - 1.0, losses
+
+
+@pytest.mark.parametrize("position", ["learned", "rope"])
+def test_causal_attention_cannot_see_the_future(position):
+    torch.manual_seed(0)
+    model = BertForCausalLM(tiny_config(300, causal=True, position=position)).eval()
+    ids = torch.randint(5, 300, (2, 20))
+    changed = ids.clone()
+    changed[:, 12:] = torch.randint(5, 300, (2, 8))
+    before, _ = model(ids)
+    after, _ = model(changed)
+    torch.testing.assert_close(after[:, :12], before[:, :12])
+    assert not torch.allclose(after[:, 12:], before[:, 12:])
+    # The same with a padding mask, which takes the other code path (an explicit mask).
+    real = torch.ones_like(ids, dtype=torch.bool)
+    real[1, 16:] = False
+    masked_before, _ = model(ids, attention_mask=real)
+    masked_after, _ = model(changed, attention_mask=real)
+    torch.testing.assert_close(masked_after[:, :12], masked_before[:, :12])
+    torch.testing.assert_close(masked_before[0], before[0], rtol=1e-5, atol=1e-5)
+
+
+def test_bidirectional_attention_does_see_later_tokens():
+    torch.manual_seed(0)
+    model = BertForMaskedLM(tiny_config(300)).eval()
+    ids = torch.randint(5, 300, (1, 20))
+    changed = ids.clone()
+    changed[:, 15] = (ids[:, 15] + 1 - 5) % 295 + 5
+    assert not torch.allclose(model.encoder(ids)[:, :10], model.encoder(changed)[:, :10])
+
+
+def test_rotary_scores_depend_on_distance_only():
+    rotary = Rotary(tiny_config(300, position="rope"))
+    generator = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 1, 4, 1, 16, generator=generator)  # one query and one key vector per head
+
+    def score(query_position: int, key_position: int) -> torch.Tensor:
+        rotated_q = rotary(q.expand(1, 4, 1, 16), offset=query_position)
+        rotated_k = rotary(k.expand(1, 4, 1, 16), offset=key_position)
+        return (rotated_q * rotated_k).sum(-1)
+
+    for shift in (1, 7, 40):
+        torch.testing.assert_close(score(3 + shift, 10 + shift), score(3, 10), rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(score(3, 10), score(3, 20), atol=1e-3)  # a different distance is seen
+
+
+def test_rope_encoder_is_invariant_to_where_a_text_starts():
+    """Self-attention with rotary positions and no position table depends on relative positions
+    only: moving the window over a longer sequence does not change what a token sees of the
+    others, shown here by the same tokens at offsets 0 and 5 of the rotary angles."""
+    torch.manual_seed(0)
+    config = tiny_config(300, position="rope", n_layer=1)
+    model = BertForMaskedLM(config).eval()
+    assert model.encoder.embeddings.position is None
+    ids = torch.randint(5, 300, (1, 16))
+    reference = model.encoder(ids)
+    rotary = model.encoder.rotary
+    original = rotary.forward
+    rotary.forward = lambda x, offset=0: original(x, offset + 5)
+    torch.testing.assert_close(model.encoder(ids), reference, rtol=1e-4, atol=1e-4)
+    # Learned positions are absolute: the same shift changes the output.
+    learned = BertForMaskedLM(tiny_config(300, n_layer=1)).eval()
+    table = learned.encoder.embeddings.position.weight
+    shifted = learned.encoder(ids)
+    with torch.no_grad():
+        table.copy_(table.roll(-5, dims=0))
+    assert not torch.allclose(learned.encoder(ids), shifted, atol=1e-3)
+
+
+def test_pre_norm_variants_normalise_the_output():
+    for norm, kind in (("preln", torch.nn.LayerNorm), ("rmsnorm", torch.nn.RMSNorm)):
+        model = BertForMaskedLM(tiny_config(300, norm=norm))
+        assert isinstance(model.encoder.final_norm, kind)
+        assert all(isinstance(layer.attention_norm, kind) for layer in model.encoder.layers)
+    assert BertForMaskedLM(tiny_config(300)).encoder.final_norm is None
+
+
+def test_geglu_at_two_thirds_width_has_the_parameters_of_gelu():
+    gelu = BertForMaskedLM(tiny_config(300, d_ff=4 * 96, d_model=96))
+    geglu = BertForMaskedLM(tiny_config(300, d_ff=8 * 96 // 3, d_model=96, feed_forward="geglu"))
+    difference = count_parameters(geglu) - count_parameters(gelu)
+    assert abs(difference) <= 2 * 8 * 96  # biases of the wider gate only
+
+
+def test_pretraining_model_adds_a_sentence_loss():
+    torch.manual_seed(0)
+    config = tiny_config(300, sentence_classes=2)
+    model = BertForPreTraining(config).eval()
+    ids = torch.randint(5, 300, (4, 32))
+    segments = (torch.arange(32) >= 16).long().expand(4, 32)
+    inputs, positions, labels = mask_tokens(ids, torch.arange(5), 4, 300, MaskingRule(),
+                                            torch.Generator().manual_seed(0))
+    sentence_labels = torch.tensor([0, 1, 0, 1])
+    logits, sentence_logits, loss = model(inputs, positions, labels, segment_ids=segments,
+                                          sentence_labels=sentence_labels)
+    mlm_only = BertForMaskedLM(config).eval()
+    mlm_only.load_state_dict(model.state_dict(), strict=False)
+    _, mlm_loss = mlm_only(inputs, positions, labels, segment_ids=segments)
+    sentence_loss = torch.nn.functional.cross_entropy(sentence_logits, sentence_labels)
+    assert sentence_logits.shape == (4, 2)
+    torch.testing.assert_close(loss, mlm_loss + sentence_loss)
+
+
+def test_invalid_variants_are_refused():
+    with pytest.raises(ValueError, match="norm"):
+        tiny_config(300, norm="layernorm")
+    with pytest.raises(ValueError, match="even head width"):
+        tiny_config(300, d_model=60, heads=4, position="rope")

@@ -1,0 +1,90 @@
+"""Variants end to end through main.py: pre-norm + rotary + GEGLU and causal LM train, resume,
+fine-tune, and refuse what does not fit."""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import main
+import trainer
+from test_trainer import ROOT, load, scalars
+
+
+@pytest.fixture(autouse=True)
+def skip_flops_measurement(monkeypatch):
+    monkeypatch.setattr(trainer, "measure_matmul_flops", lambda device, dtype: 1e12)
+
+
+def val_losses(run_dir) -> list[float]:
+    return [value for _, value in scalars(run_dir)["val/loss"]]
+
+
+def test_pre_norm_rotary_geglu_model_learns_and_says_so_in_its_checkpoint(mlm_workdir):
+    run_dir = main.run(main.load_config(None, ["--norm", "rmsnorm", "--position", "rope",
+                                               "--feed-forward", "geglu", "--max-iters", "30",
+                                               "--lr-decay-iters", "30"]), None, False)
+    losses = val_losses(run_dir)
+    assert losses[-1] < losses[0] - 0.5
+    model_config = load(run_dir / "checkpoints" / "checkpoint.pt")["model_config"]
+    assert (model_config["norm"], model_config["position"], model_config["feed_forward"]) == \
+        ("rmsnorm", "rope", "geglu")
+    assert model_config["d_ff"] == 128  # d-ff given in the test config; the default would be 8/3 d
+    assert "encoder.embeddings.position.weight" not in load(run_dir / "checkpoints" / "checkpoint.pt")["model"]
+
+
+def test_a_checkpoint_of_another_variant_is_refused(mlm_workdir, capsys):
+    main.run(main.load_config(None, ["--norm", "preln", "--max-iters", "2"]), None, False)
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(["--cp", "runs/run0/checkpoints/checkpoint.pt", "--max-iters", "4"])
+    assert exit_info.value.code == 2
+    assert "norm is preln in the checkpoint but postln from the config" in capsys.readouterr().err
+
+
+def test_causal_lm_learns_next_tokens_and_resumes(mlm_workdir):
+    run_dir = main.run(main.load_config(None, ["--task-type", "clm", "--max-iters", "30",
+                                               "--lr-decay-iters", "30", "--val-interval", "10"]), None, False)
+    losses = val_losses(run_dir)
+    accuracy = [value for _, value in scalars(run_dir)["val/accuracy"]]
+    assert losses[-1] < losses[0] - 0.5 and accuracy[-1] > accuracy[0]
+    checkpoint = load(run_dir / "checkpoints" / "checkpoint.pt")
+    assert checkpoint["task"] == "clm" and checkpoint["model_config"]["causal"] is True
+    main.run(main.load_config(None, ["--task-type", "clm", "--max-iters", "40", "--lr-decay-iters", "30"]),
+             run_dir / "checkpoints" / "checkpoint.pt", False)
+    assert load(run_dir / "checkpoints" / "checkpoint.pt")["step"] == 40
+    assert "resuming" in (run_dir / "logs" / "log.txt").read_text()
+
+
+def test_masked_lm_can_start_from_a_causal_checkpoint(mlm_workdir):
+    """The comparison of objectives fine-tunes both; the encoder weights carry over, attention
+    becomes bidirectional."""
+    clm = main.run(main.load_config(None, ["--task-type", "clm", "--max-iters", "2"]), None, False)
+    mlm = main.run(main.load_config(None, ["--max-iters", "2"]), clm / "checkpoints" / "checkpoint.pt", False)
+    assert load(mlm / "checkpoints" / "checkpoint.pt")["model_config"]["causal"] is False
+    assert "loaded the encoder of" in (mlm / "logs" / "log.txt").read_text()
+
+
+def test_causal_lm_refuses_statically_masked_shards(mlm_static_base_dir, mlm_config, tmp_path):
+    mlm_config(tmp_path, task_type="clm", base_dir=mlm_static_base_dir)
+    result = subprocess.run([sys.executable, str(ROOT / "src" / "main.py")], cwd=tmp_path,
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "holds static masks; task-type = clm needs unmasked" in result.stderr
+
+
+def test_sentence_objective_needs_masked_lm(mlm_workdir, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(["--task-type", "clm", "--sentence-objective", "nsp"])
+    assert exit_info.value.code == 2
+    assert "sentence-objective = nsp goes with task-type = mlm, not clm" in capsys.readouterr().err
+
+
+def test_old_checkpoints_without_variant_keys_still_load(mlm_workdir):
+    run_dir = main.run(main.load_config(None, ["--max-iters", "2"]), None, False)
+    path = run_dir / "checkpoints" / "checkpoint.pt"
+    checkpoint = load(path)
+    for key in ("norm", "position", "feed_forward", "causal", "sentence_classes"):
+        del checkpoint["model_config"][key]
+    torch.save(checkpoint, path)
+    main.run(main.load_config(None, ["--max-iters", "3"]), path, False)
+    assert load(path)["step"] == 3
