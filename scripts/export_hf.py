@@ -39,7 +39,8 @@ def check_exportable(path: Path, checkpoint: dict):
 
 def hf_config(checkpoint: dict) -> dict:
     model = checkpoint["model_config"]
-    config = {"architectures": [ARCHITECTURES[checkpoint["task"]]], "model_type": "bert",
+    architecture = "BertForPreTraining" if model.get("sentence_classes") else ARCHITECTURES[checkpoint["task"]]
+    config = {"architectures": [architecture], "model_type": "bert",
               "vocab_size": model["vocab_size"], "hidden_size": model["d_model"],
               "num_hidden_layers": model["n_layer"], "num_attention_heads": model["heads"],
               "intermediate_size": model["d_ff"], "hidden_act": "gelu",

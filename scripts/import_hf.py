@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from config import Config  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from hf_weights import from_hf  # noqa: E402
-from model import BertForMaskedLM, BertForSequenceClassification, ModelConfig  # noqa: E402
+from model import BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, ModelConfig  # noqa: E402
 from trainer import CHECKPOINT_FORMAT, save_checkpoint  # noqa: E402
 from vocab import load_vocab  # noqa: E402
 
@@ -50,19 +50,22 @@ def read_weights(directory: Path) -> dict[str, torch.Tensor]:
     raise UserError(f"{directory}: no model.safetensors or pytorch_model.bin")
 
 
-def model_config(config: dict, vocab) -> ModelConfig:
+def model_config(config: dict, vocab, sentence_classes: int) -> ModelConfig:
     return ModelConfig(vocab_size=config["vocab_size"], max_len=config["max_position_embeddings"],
                        d_model=config["hidden_size"], heads=config["num_attention_heads"],
                        n_layer=config["num_hidden_layers"], d_ff=config["intermediate_size"],
                        dropout=config.get("hidden_dropout_prob", 0.1), segments=config.get("type_vocab_size", 2),
                        pad_id=vocab.pad_id, num_labels=len(config.get("id2label", {})) or 2,
-                       layer_norm_eps=config.get("layer_norm_eps", 1e-12))
+                       layer_norm_eps=config.get("layer_norm_eps", 1e-12), sentence_classes=sentence_classes)
 
 
 def task_of(weights: dict) -> tuple[str, type]:
-    """What the directory holds: a classifier, an MLM model, or an encoder alone."""
+    """What the directory holds: a classifier, an MLM model with a pooler (BertForPreTraining,
+    as bert-base-uncased is published), an MLM model, or an encoder alone."""
     if "classifier.weight" in weights:
         return "sst2", BertForSequenceClassification
+    if "head.bias" in weights and "pooler.weight" in weights:
+        return "mlm", BertForPreTraining
     if "head.bias" in weights:
         return "mlm", BertForMaskedLM
     return "encoder", BertForSequenceClassification  # has a pooler slot too; any head starts fresh
@@ -75,7 +78,7 @@ def convert(directory: Path, output: Path) -> dict:
         raise UserError(f"{directory}: vocab.txt has {vocab.size} tokens but config.json says {config['vocab_size']}")
     weights, unused = from_hf(read_weights(directory))
     task, model_class = task_of(weights)
-    architecture = model_config(config, vocab)
+    architecture = model_config(config, vocab, sentence_classes=2 if model_class is BertForPreTraining else 0)
     model = model_class(architecture)
     missing, unexpected = model.load_state_dict(weights, strict=False)  # checks every shape
     if any(name.startswith("encoder.") for name in missing) or unexpected:
@@ -83,7 +86,8 @@ def convert(directory: Path, output: Path) -> dict:
     settings = Config().replace(task_type="mlm" if task == "encoder" else task, seq_len=architecture.max_len,
                                 d_model=architecture.d_model, heads=architecture.heads,
                                 n_layer=architecture.n_layer, d_ff=architecture.d_ff,
-                                num_labels=architecture.num_labels, dropout=architecture.dropout)
+                                num_labels=architecture.num_labels, dropout=architecture.dropout,
+                                sentence_objective="nsp" if architecture.sentence_classes else "none")
     checkpoint = {"format": CHECKPOINT_FORMAT, "task": task, "step": 0, "model": weights, "optimizer": None,
                   "config": settings.to_dict(), "model_config": asdict(architecture),
                   "vocab_checksum": vocab.checksum, "vocab": list(vocab.tokens), "data_position": None,

@@ -23,6 +23,8 @@ NAMES = {
     "head.bias": "cls.predictions.bias",
     "pooler.weight": "bert.pooler.dense.weight",
     "pooler.bias": "bert.pooler.dense.bias",
+    "sentence_head.weight": "cls.seq_relationship.weight",
+    "sentence_head.bias": "cls.seq_relationship.bias",
     "classifier.weight": "classifier.weight",
     "classifier.bias": "classifier.bias",
 }

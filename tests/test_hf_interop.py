@@ -5,7 +5,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from transformers import BertConfig, BertForMaskedLM as TheirMaskedLM, BertForSequenceClassification as TheirClassifier
-from transformers import BertModel, BertTokenizerFast
+from transformers import BertForPreTraining as TheirPreTraining, BertModel, BertTokenizerFast
 
 import export_hf
 import import_hf
@@ -13,7 +13,7 @@ import main
 import make_demo
 from errors import UserError
 from hf_weights import THEIR_TIED
-from model import BertForMaskedLM, BertForSequenceClassification, ModelConfig
+from model import BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, ModelConfig
 from trainer import load_checkpoint, restore_model
 
 SENTENCES = ["The acting is superb, and the score lifts every scene.",
@@ -97,6 +97,27 @@ def test_imported_mlm_matches_transformers_and_round_trips(vocab_dir, tmp_path, 
     assert set(original) - set(returned) <= set(THEIR_TIED)  # transformers ties these again on load
     for name, tensor in returned.items():
         assert torch.equal(tensor, original[name]), name
+
+
+def test_pretraining_model_with_nsp_head_round_trips(vocab_dir, tmp_path):
+    """bert-base-uncased is published as BertForPreTraining: MLM head, pooler and NSP head."""
+    theirs = random_bert(TheirPreTraining, vocab_dir, tmp_path / "hf")
+    assert import_hf.convert(tmp_path / "hf", tmp_path / "ours.pt") == {"task": "mlm", "unused": [], "fresh": []}
+    ours, _, checkpoint = restore_model(tmp_path / "ours.pt", {"mlm": BertForPreTraining})
+    assert checkpoint["config"]["sentence-objective"] == "nsp"
+    ids = torch.randint(5, checkpoint["model_config"]["vocab_size"], (3, 40))
+    every_position = torch.arange(40).expand(3, 40)
+    with torch.no_grad():
+        logits, sentence_logits, _ = ours(ids, every_position)
+        their_output = theirs(ids)
+    torch.testing.assert_close(logits, their_output.prediction_logits, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(sentence_logits, their_output.seq_relationship_logits, rtol=1e-4, atol=1e-4)
+
+    export_hf.export(tmp_path / "ours.pt", tmp_path / "back")
+    returned, info = TheirPreTraining.from_pretrained(tmp_path / "back", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    with torch.no_grad():
+        torch.testing.assert_close(returned.eval()(ids).seq_relationship_logits, their_output.seq_relationship_logits)
 
 
 def test_imported_encoder_only_model_keeps_hidden_states(vocab_dir, tmp_path):
