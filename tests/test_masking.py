@@ -1,8 +1,10 @@
 """BERT masking: how many positions are picked, how they are replaced, what is never touched;
-whole-word masking on real WordPiece text; the adjustable 80/10/10 split."""
+whole-word masking on real WordPiece text; the adjustable 80/10/10 split and its config keys."""
 import pytest
 import torch
 
+from config import Config
+from errors import UserError
 from masking import IGNORE_INDEX, MaskingRule, mask_tokens, predictions_per_sequence
 from vocab import load_vocab
 
@@ -88,6 +90,23 @@ def test_adjustable_split_gives_the_configured_shares():
         share_same = (new == labels[used]).float().mean().item()
         assert share_mask == pytest.approx(replace_with_mask, abs=0.02)
         assert share_same == pytest.approx(1 - replace_with_mask - replace_with_random, abs=0.02)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"mask_replace_mask": 0.9, "mask_replace_random": 0.2},
+     "config: mask-replace-mask = 0.9 plus mask-replace-random = 0.2 exceed 1"),
+    ({"mask_replace_mask": 1.5}, "config: mask-replace-mask = 1.5: expected a number in [0, 1]"),
+    ({"mask_replace_random": -0.1}, "config: mask-replace-random = -0.1: expected a number in [0, 1]"),
+    ({"masking": "fresh"}, "config: masking = 'fresh': expected one of dynamic, static"),
+])
+def test_invalid_masking_keys_are_config_errors(settings, message):
+    with pytest.raises(UserError) as error:
+        Config(**settings)
+    assert str(error.value) == message
+
+
+def test_splits_that_add_up_to_one_are_valid():
+    assert Config(mask_replace_mask=0.7, mask_replace_random=0.3).mask_replace_random == 0.3
 
 
 # ----------------------------------------------------------------------------- whole-word masking
