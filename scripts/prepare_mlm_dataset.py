@@ -7,7 +7,8 @@ Streams the input in chunks of whole lines, so corpora larger than memory work. 
 across lines and reviews; each becomes [CLS] segment [SEP] in the train, val or test shard
 (80/10/10 by a hash of the seed and sample index): OUTDIR/{train,val,test}_LABEL_m_SEED.msgpack.gz.
 With --masking static the masks are stored in the shards (and --copies K gives K masked train
-copies); by default the trainer masks each batch afresh.
+copies; --mask-rate, --whole-word-masking and --mask-replace-* say how); by default the trainer
+masks each batch afresh.
 """
 import argparse
 import itertools
@@ -42,6 +43,14 @@ def add_shared_arguments(parser: argparse.ArgumentParser) -> None:
                         help="none: the trainer masks every batch afresh (default); static: store masks in the shards")
     parser.add_argument("--copies", type=int, default=1,
                         help="with --masking static: number of differently masked train shards (default 1)")
+    parser.add_argument("--mask-rate", type=float,
+                        help="with --masking static: share of the tokens picked for prediction (default 0.15)")
+    parser.add_argument("--whole-word-masking", action="store_true",
+                        help="with --masking static: pick whole words, a piece and the ## pieces after it")
+    parser.add_argument("--mask-replace-mask", type=float,
+                        help="with --masking static: share of the picked tokens shown as [MASK] (default 0.8)")
+    parser.add_argument("--mask-replace-random", type=float,
+                        help="with --masking static: share shown as a random token, the rest unchanged (default 0.1)")
 
 
 def check_shared_arguments(args) -> None:
@@ -55,6 +64,37 @@ def check_shared_arguments(args) -> None:
         raise UserError(f"--copies {args.copies} needs --masking static (unmasked copies would be identical)")
     if args.seed < 0:
         raise UserError(f"--seed {args.seed}: expected a non-negative integer")
+    check_masking_arguments(args)
+
+
+def check_masking_arguments(args) -> None:
+    """The flags of static masking: only with --masking static, each in range, the split at most 1."""
+    rule_options = {"--mask-rate": args.mask_rate, "--mask-replace-mask": args.mask_replace_mask,
+                    "--mask-replace-random": args.mask_replace_random,
+                    "--whole-word-masking": args.whole_word_masking or None}
+    for option, value in rule_options.items():
+        if value is not None and args.masking != "static":
+            raise UserError(f"{option} needs --masking static (the trainer masks unmasked shards as its config says)")
+    if args.mask_rate is not None and not 0 < args.mask_rate < 1:
+        raise UserError(f"--mask-rate {args.mask_rate}: expected a number in (0, 1)")
+    for option in ("--mask-replace-mask", "--mask-replace-random"):
+        if rule_options[option] is not None and not 0 <= rule_options[option] <= 1:
+            raise UserError(f"{option} {rule_options[option]}: expected a number in [0, 1]")
+    rule = masking_rule(args)
+    if rule is not None and rule.replace_with_mask + rule.replace_with_random > 1 + 1e-9:
+        raise UserError(f"--mask-replace-mask {rule.replace_with_mask} plus --mask-replace-random "
+                        f"{rule.replace_with_random} exceed 1")
+
+
+def masking_rule(args):
+    """The masking.MaskingRule of a static run from the flags (defaults where not given), else None."""
+    if args.masking != "static":
+        return None
+    from masking import MaskingRule  # here: masking needs torch, which unmasked runs do without
+    given = {"mask_rate": args.mask_rate, "replace_with_mask": args.mask_replace_mask,
+             "replace_with_random": args.mask_replace_random}
+    return MaskingRule(whole_word=args.whole_word_masking,
+                       **{field: value for field, value in given.items() if value is not None})
 
 
 def prepare_output_dir(out_dir: Path) -> None:
@@ -94,11 +134,6 @@ def read_line_chunks(files: list[Path], chunk_bytes: int, progress) -> iter:
                 offset += len(data)
                 progress.update(len(data))
                 yield [line for line in text.split("\n") if line.strip()]
-
-
-def continuation_table(vocab) -> np.ndarray:
-    """True for word pieces that continue a word (`##ing`): a segment may not start there."""
-    return np.array([token.startswith("##") for token in vocab.tokens])
 
 
 def encode_lines(vocab, lines: list[str]) -> np.ndarray:
@@ -146,7 +181,7 @@ class SegmentPacker:
     """Packs chunk after chunk, carrying the open segment, so chunking never changes the result."""
 
     def __init__(self, vocab, max_pieces: int):
-        self.is_continuation = continuation_table(vocab)
+        self.is_continuation = vocab.is_continuation  # a segment may not start at `##ing`
         self.max_pieces = max_pieces
         self.carry_ids = np.empty(0, dtype=np.int64)
         self.carry_breaks = np.empty(0, dtype=bool)
@@ -202,7 +237,8 @@ def main(argv=None):
     vocab = load_vocab(args.vocab)
     prepare_output_dir(args.output)
     with SplitWriter(args.output, args.label, vocab, seq_len=args.seq_len, seed=args.seed, masking=args.masking,
-                     copies=args.copies, source_files=files, created_by="prepare_mlm_dataset.py") as writer:
+                     copies=args.copies, rule=masking_rule(args), source_files=files,
+                     created_by="prepare_mlm_dataset.py") as writer:
         packer = prepare(files, vocab, writer, args.seq_len, max(1, int(args.chunk_mb * 2**20)))
     print_written(writer)
     print(f"{writer.samples.sum():,} samples ({split_summary(writer)}), {writer.tokens:,} tokens "

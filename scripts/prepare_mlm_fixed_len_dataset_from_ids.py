@@ -18,8 +18,8 @@ from tqdm import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from errors import UserError, exit_on_user_error  # noqa: E402
-from prepare_mlm_dataset import (add_shared_arguments, check_shared_arguments, prepare_output_dir,  # noqa: E402
-                                 print_written, split_summary)
+from prepare_mlm_dataset import (add_shared_arguments, check_shared_arguments, masking_rule,  # noqa: E402
+                                 prepare_output_dir, print_written, split_summary)
 from shards import SplitWriter, read_token_stream  # noqa: E402
 from train_vocab import expand_inputs  # noqa: E402
 from vocab import load_vocab  # noqa: E402
@@ -94,7 +94,7 @@ def main(argv=None):
         raise UserError(f"{', '.join(map(str, files))}: the token streams hold no ids")
     prepare_output_dir(args.output)
     with SplitWriter(args.output, args.label, vocab, seq_len=args.seq_len, seed=args.seed, masking=args.masking,
-                     copies=args.copies, source_files=files,
+                     copies=args.copies, rule=masking_rule(args), source_files=files,
                      created_by="prepare_mlm_fixed_len_dataset_from_ids.py") as writer:
         short_piece = prepare(streams, vocab, writer, args.seq_len)
     print_written(writer)

@@ -69,6 +69,9 @@ RULES = {
     "beta2": within(0, 1, "[)"),
     "grad_clip": at_least(0),
     "mask_rate": within(0, 1, "()"),
+    "masking": one_of("dynamic", "static"),
+    "mask_replace_mask": within(0, 1),
+    "mask_replace_random": within(0, 1),
     "seed": at_least(0),  # numpy seeds must be non-negative
     "base_dir": Rule(bool, "a non-empty path"),
     "num_labels": at_least(2),
@@ -82,12 +85,16 @@ CROSS_FIELD_RULES = (
      "d-model = {d_model} is not divisible by heads = {heads}"),
     (lambda v: v["position"] != "rope" or v["d_model"] // v["heads"] % 2 == 0,
      "position = rope needs an even head width, but d-model / heads = {d_model} / {heads} is odd"),
+    (lambda v: v["masking"] == "dynamic" or v["task_type"] == "mlm",
+     "masking = static goes with task-type = mlm, not {task_type}"),
     (lambda v: v["sentence_objective"] == "none" or v["task_type"] == "mlm",
      "sentence-objective = {sentence_objective} goes with task-type = mlm, not {task_type}"),
     (lambda v: v["min_learning_rate"] <= v["learning_rate"],
      "min-learning-rate = {min_learning_rate} is above learning-rate = {learning_rate}"),
     (lambda v: v["lr_decay_iters"] >= v["warmup_iters"],
      "lr-decay-iters = {lr_decay_iters} is below warmup-iters = {warmup_iters}"),
+    (lambda v: v["mask_replace_mask"] + v["mask_replace_random"] <= 1 + 1e-9,  # 0.7 + 0.3 may round up
+     "mask-replace-mask = {mask_replace_mask} plus mask-replace-random = {mask_replace_random} exceed 1"),
 )
 
 
@@ -125,6 +132,10 @@ class Config:
     beta2: float = 0.999
     grad_clip: float = 1.0  # 0 disables clipping
     mask_rate: float = 0.15
+    masking: str = "dynamic"  # dynamic: a fresh mask per batch; static: the masks stored in the shards
+    whole_word_masking: bool = False  # pick whole words: a piece and the `##` pieces after it
+    mask_replace_mask: float = 0.8  # share of the picked tokens shown as [MASK]
+    mask_replace_random: float = 0.1  # shown as a random token; the rest stay unchanged
     seed: int = 1337
     # Legacy key of the original project, where `case = dickens` selected MLM pre-training.
     # Accepted so old files load, otherwise ignored: task_type decides what runs.

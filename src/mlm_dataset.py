@@ -1,8 +1,8 @@
 """MLM (and causal LM) batches from precached shards: seeded order per epoch, train shards
 round-robin by epoch.
 
-A batch is a dict of numpy arrays padded to seq-len. Static shards bring their stored masks;
-unmasked shards leave masking to the trainer, on the device, fresh each epoch.
+A batch is a dict of numpy arrays padded to seq-len. With masking = static the shards bring their
+stored masks; with masking = dynamic the trainer masks each batch on the device, fresh each epoch.
 """
 from pathlib import Path
 from typing import Iterator
@@ -11,11 +11,42 @@ import numpy as np
 import torch
 
 from batching import BatchOrder, gather_padded
+from config import ini_text
 from errors import UserError
 from masking import IGNORE_INDEX, MaskingRule, mask_tokens, predictions_per_sequence
 from model import BertForCausalLM, BertForMaskedLM
-from shards import Shard, find_shards, read_shard
+from shards import MASKING_FIELDS, Shard, find_shards, read_shard
 from trainer import model_config, to_device
+
+
+def masking_rule(config) -> MaskingRule:
+    return MaskingRule(mask_rate=config.mask_rate, replace_with_mask=config.mask_replace_mask,
+                       replace_with_random=config.mask_replace_random, whole_word=config.whole_word_masking)
+
+
+def with_masking(shard: Shard, masking: str, rule: MaskingRule) -> Shard:
+    """The shard as the config's `masking` uses it.
+
+    static: the stored masks, which must have been made as the config says (checked where the
+    header records it; the original project's shards do not). dynamic: the original ids, which
+    a static shard keeps too (its inputs with the labels put back), to be masked afresh.
+    """
+    if masking == "dynamic":
+        if shard.masking == "none":
+            return shard
+        return Shard(shard.path, shard.header | {"masking": "none"}, shard.unmasked_tokens(), shard.offsets)
+    if shard.masking != "static":
+        raise UserError(f"{shard.path}: the shard holds no masks but the config has masking = static "
+                        f"(prepare it with --masking static, or set masking = dynamic)")
+    configured = dict(zip(MASKING_FIELDS, (rule.mask_rate, rule.whole_word, rule.replace_with_mask,
+                                           rule.replace_with_random)))
+    for field, value in configured.items():
+        stored = shard.header.get(field)
+        if stored is not None and stored != value:
+            key = field.replace("_", "-")
+            raise UserError(f"{shard.path}: masked with {key} = {ini_text(stored)} but the config has "
+                            f"{key} = {ini_text(value)} and masking = static")
+    return shard
 
 
 def make_batch(shard: Shard, rows: np.ndarray, seq_len: int, pad_id: int, mask_rate: float) -> dict:
@@ -33,13 +64,14 @@ def make_batch(shard: Shard, rows: np.ndarray, seq_len: int, pad_id: int, mask_r
 class MaskedLMData:
     """Batches of one split; train shards take turns by epoch (K static copies: K masks)."""
 
-    def __init__(self, paths: list[Path], expect: dict, seq_len: int, pad_id: int, mask_rate: float,
-                 order: BatchOrder):
+    def __init__(self, paths: list[Path], expect: dict, seq_len: int, pad_id: int, masking: str,
+                 rule: MaskingRule, order: BatchOrder):
         self.paths = paths
         self.expect = expect
         self.seq_len = seq_len
         self.pad_id = pad_id
-        self.mask_rate = mask_rate
+        self.masking = masking
+        self.rule = rule
         self.order = order
         self._loaded: tuple[Path, Shard] | None = None
 
@@ -47,7 +79,7 @@ class MaskedLMData:
         path = self.paths[epoch % len(self.paths)]
         if self._loaded is None or self._loaded[0] != path:
             self._loaded = None  # free the old shard before reading the next
-            shard = read_shard(path, self.expect)
+            shard = with_masking(read_shard(path, self.expect), self.masking, self.rule)
             if shard.seq_len > self.seq_len:
                 raise UserError(f"{path}: samples of {shard.seq_len} tokens do not fit seq-len {self.seq_len}")
             if len(shard) < self.order.batch_size * self.order.world_size:
@@ -60,12 +92,13 @@ class MaskedLMData:
         return self.order.batches(
             position, lambda epoch: len(self.shard_for_epoch(epoch)),
             lambda epoch, rows: make_batch(self.shard_for_epoch(epoch), rows, self.seq_len, self.pad_id,
-                                           self.mask_rate))
+                                           self.rule.mask_rate))
 
     def fixed_batches(self, count: int | None) -> Iterator[dict]:
         shard = self.shard_for_epoch(0)
         return self.order.fixed_batches(
-            count, len(shard), lambda rows: make_batch(shard, rows, self.seq_len, self.pad_id, self.mask_rate))
+            count, len(shard),
+            lambda rows: make_batch(shard, rows, self.seq_len, self.pad_id, self.rule.mask_rate))
 
 
 class MaskedLMTask:
@@ -78,8 +111,9 @@ class MaskedLMTask:
         self.config = config
         self.vocab = vocab
         self.device = device
-        self.rule = MaskingRule(mask_rate=config.mask_rate)
+        self.rule = masking_rule(config)
         self.special_ids = torch.tensor(vocab.special_ids, device=device)
+        self.is_continuation = torch.from_numpy(vocab.is_continuation).to(device)
         self.expect = {"seq_len": config.seq_len, "vocab_size": vocab.size, "vocab_checksum": vocab.checksum}
         self.patterns = {"train": config.dataset_pattern, "val": config.val_dataset_pattern,
                          "test": config.test_dataset_pattern}
@@ -97,7 +131,7 @@ class MaskedLMTask:
             paths = find_shards(Path(config.datasets_dir), self.patterns[split])
             order = BatchOrder(config.batch_size, config.seed, self.rank, self.world_size)
             self.splits[split] = MaskedLMData(paths, self.expect, config.seq_len, self.vocab.pad_id,
-                                              config.mask_rate, order)
+                                              config.masking, self.rule, order)
         return self.splits[split]
 
     def build_model(self, max_len: int | None = None) -> BertForMaskedLM:
@@ -121,7 +155,7 @@ class MaskedLMTask:
 
     def mask(self, input_ids: torch.Tensor, generator: torch.Generator) -> dict:
         inputs, positions, labels = mask_tokens(input_ids, self.special_ids, self.vocab.mask_id,
-                                                self.vocab.size, self.rule, generator)
+                                                self.vocab.size, self.rule, generator, self.is_continuation)
         return {"input_ids": inputs, "positions": positions, "labels": labels}
 
     def loss(self, model, batch: dict, training: bool, generator: torch.Generator | None = None):
@@ -175,17 +209,11 @@ class MaskedLMTask:
 
 
 class CausalLMTask(MaskedLMTask):
-    """Causal language modelling on the same unmasked shards: the encoder with a causal mask,
-    each position predicting the next token; loss and accuracy over every real next token."""
+    """Causal language modelling on the same shards (a static shard's original ids): the encoder
+    with a causal mask, each position predicting the next token; loss and accuracy over every
+    real next token."""
     name = "clm"
     predictions_per_token = 1.0  # the head scores every position
-
-    def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
-        super().__init__(config, vocab, device, rank, world_size)
-        first = self.data("train").paths[0]
-        if self.data("train").shard_for_epoch(0).mask_offsets is not None:
-            raise UserError(f"{first}: holds static masks; task-type = clm needs unmasked shards "
-                            f"(prepare_mlm_dataset.py without --masking static)")
 
     def build_model(self, max_len: int | None = None) -> BertForCausalLM:
         return BertForCausalLM(model_config(self.config, self.vocab, max_len))

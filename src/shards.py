@@ -28,6 +28,8 @@ SPLIT_SHARES = (0.8, 0.1, 0.1)
 DTYPES = {"uint16": np.uint16, "int32": np.int32}
 GZIP_MAGIC = b"\x1f\x8b"
 COMPRESS_LEVEL = 6  # zlib's default: level 9 is much slower for a few percent
+# Header fields saying how a static shard was masked (None when unknown or unmasked).
+MASKING_FIELDS = ("mask_rate", "whole_word_masking", "mask_replace_mask", "mask_replace_random")
 
 
 class ShardError(UserError):
@@ -194,6 +196,7 @@ class StaticMasker:
         self.vocab, self.rule = vocab, rule  # rule: a masking.MaskingRule
         self.seed, self.split_code, self.copy = seed, SPLITS.index(split), copy
         self.special_ids = torch.tensor(vocab.special_ids)
+        self.is_continuation = torch.from_numpy(vocab.is_continuation)
 
     def __call__(self, samples: list[np.ndarray], block_index: int) -> list[MaskedSample]:
         import torch
@@ -205,7 +208,7 @@ class StaticMasker:
         generator = torch.Generator().manual_seed(
             combine_seed(self.seed, -1 if self.copy is None else self.copy, self.split_code, block_index))
         inputs, positions, labels = mask_tokens(torch.from_numpy(padded), self.special_ids, self.vocab.mask_id,
-                                                self.vocab.size, self.rule, generator)
+                                                self.vocab.size, self.rule, generator, self.is_continuation)
         # Store each sample's masked positions in ascending order.
         used = labels != IGNORE_INDEX
         order = torch.where(used, positions, padded.shape[1]).argsort(dim=1)
@@ -234,7 +237,11 @@ class ShardWriter:
             "seq_len": seq_len, "vocab_size": vocab.size, "vocab_checksum": vocab.checksum,
             "split": split, "seed": seed, "copy": copy, "source_files": [str(file) for file in source_files],
             "dtype": dtype_name(self.dtype), "created_by": created_by,
-            "mask_rate": masker.rule.mask_rate if masker else mask_rate}
+            "mask_rate": masker.rule.mask_rate if masker else mask_rate,
+            # How the masker picked and replaced; unknown (None) for samples masked by the caller.
+            "whole_word_masking": masker.rule.whole_word if masker else None,
+            "mask_replace_mask": masker.rule.replace_with_mask if masker else None,
+            "mask_replace_random": masker.rule.replace_with_random if masker else None}
         self.samples = self.tokens = self.blocks = 0
         self.premasked: bool | None = None
         self.pending: list = []
@@ -283,10 +290,11 @@ class ShardWriter:
 
     def header(self) -> dict:
         fields = self.header_fields
+        static = self.masking == "static"
         return {"format": SHARD_FORMAT, "version": FORMAT_VERSION, "seq_len": fields["seq_len"],
                 "vocab_size": fields["vocab_size"], "vocab_checksum": fields["vocab_checksum"],
                 "samples": self.samples, "tokens": self.tokens, "masking": self.masking,
-                "mask_rate": fields["mask_rate"] if self.masking == "static" else None,
+                **{field: fields[field] if static else None for field in MASKING_FIELDS},
                 "split": fields["split"], "seed": fields["seed"], "copy": fields["copy"],
                 "source_files": fields["source_files"], "dtype": fields["dtype"], "created_by": fields["created_by"]}
 

@@ -56,6 +56,11 @@ class Vocab:
         return tuple(self.ids[token] for token in SPECIAL_TOKENS)
 
     @cached_property
+    def is_continuation(self) -> np.ndarray:
+        """True per id for word pieces that continue a word (`##ing`), for whole-word handling."""
+        return np.array([token.startswith("##") for token in self.tokens])
+
+    @cached_property
     def checksum(self) -> str:
         """sha256 of the tokens in order: equal checksums mean equal token ids."""
         return hashlib.sha256("\n".join(self.tokens).encode("utf-8")).hexdigest()[:16]

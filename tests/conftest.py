@@ -152,6 +152,13 @@ def mlm_static_base_dir(imdb_corpus, vocab_dir, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def mlm_static_whole_word_base_dir(imdb_corpus, vocab_dir, tmp_path_factory) -> Path:
+    """Like mlm_static_base_dir, but the stored masks pick whole words at mask-rate 0.3."""
+    return prepare_mlm_base_dir(tmp_path_factory.mktemp("mlm_static_whole_word_base"), imdb_corpus, vocab_dir,
+                                "--masking", "static", "--whole-word-masking", "--mask-rate", "0.3")
+
+
+@pytest.fixture(scope="session")
 def mlm_trained_run(mlm_base_dir, tmp_path_factory) -> Path:
     """A finished 40-step run: a base directory with runs/run0 (validation every 5 steps, 3 checkpoints kept)."""
     import signal

@@ -1,7 +1,12 @@
-"""BERT masking: how many positions are picked, how they are replaced, what is never touched."""
+"""BERT masking: how many positions are picked, how they are replaced, what is never touched;
+whole-word masking on real WordPiece text; the adjustable 80/10/10 split and its config keys."""
+import pytest
 import torch
 
+from config import Config
+from errors import UserError
 from masking import IGNORE_INDEX, MaskingRule, mask_tokens, predictions_per_sequence
+from vocab import load_vocab
 
 SPECIAL = torch.arange(5)  # [PAD] [UNK] [CLS] [SEP] [MASK]
 MASK_ID = 4
@@ -72,3 +77,102 @@ def test_higher_mask_rate():
                                torch.Generator().manual_seed(4))
     maskable = ~torch.isin(ids, SPECIAL)
     assert abs((labels != IGNORE_INDEX).sum() / maskable.sum() - 0.3) < 0.01
+
+
+def test_adjustable_split_gives_the_configured_shares():
+    ids, _ = batch_with_padding()
+    for replace_with_mask, replace_with_random in ((0.5, 0.5), (1.0, 0.0), (0.0, 0.0)):
+        rule = MaskingRule(replace_with_mask=replace_with_mask, replace_with_random=replace_with_random)
+        inputs, positions, labels = mask_tokens(ids, SPECIAL, MASK_ID, 5000, rule, torch.Generator().manual_seed(5))
+        used = labels != IGNORE_INDEX
+        new = inputs.gather(1, positions)[used]
+        share_mask = (new == MASK_ID).float().mean().item()
+        share_same = (new == labels[used]).float().mean().item()
+        assert share_mask == pytest.approx(replace_with_mask, abs=0.02)
+        assert share_same == pytest.approx(1 - replace_with_mask - replace_with_random, abs=0.02)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"mask_replace_mask": 0.9, "mask_replace_random": 0.2},
+     "config: mask-replace-mask = 0.9 plus mask-replace-random = 0.2 exceed 1"),
+    ({"mask_replace_mask": 1.5}, "config: mask-replace-mask = 1.5: expected a number in [0, 1]"),
+    ({"mask_replace_random": -0.1}, "config: mask-replace-random = -0.1: expected a number in [0, 1]"),
+    ({"masking": "fresh"}, "config: masking = 'fresh': expected one of dynamic, static"),
+])
+def test_invalid_masking_keys_are_config_errors(settings, message):
+    with pytest.raises(UserError) as error:
+        Config(**settings)
+    assert str(error.value) == message
+
+
+def test_splits_that_add_up_to_one_are_valid():
+    assert Config(mask_replace_mask=0.7, mask_replace_random=0.3).mask_replace_random == 0.3
+
+
+# ----------------------------------------------------------------------------- whole-word masking
+
+@pytest.fixture(scope="module")
+def vocab(vocab_dir):
+    return load_vocab(vocab_dir)
+
+
+@pytest.fixture(scope="module")
+def review_batch(imdb_reviews, vocab) -> torch.Tensor:
+    """[CLS] review pieces [SEP] rows, padded to 128; every third row starts inside a word."""
+    rows = torch.full((600, 128), vocab.pad_id)
+    for row, ids in enumerate(vocab.encode(imdb_reviews[:600])):
+        pieces = ids[row % 3:][:126]
+        rows[row, :len(pieces) + 2] = torch.tensor([vocab.cls_id, *pieces, vocab.sep_id])
+    return rows
+
+
+def same_word_as_next(ids: torch.Tensor, vocab) -> torch.Tensor:
+    """[batch, seq_len - 1]: True where the next piece continues this piece's word."""
+    maskable = ~torch.isin(ids, torch.tensor(vocab.special_ids))
+    continues = torch.from_numpy(vocab.is_continuation)[ids]
+    return maskable[:, :-1] & maskable[:, 1:] & continues[:, 1:]
+
+
+def picked_mask(ids: torch.Tensor, positions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    picked = torch.zeros_like(ids, dtype=torch.bool)
+    rows = torch.arange(ids.shape[0])[:, None].expand_as(positions)
+    used = labels != IGNORE_INDEX
+    picked[rows[used], positions[used]] = True
+    return picked
+
+
+@pytest.mark.parametrize("mask_rate", [0.15, 0.3])
+def test_whole_word_masking_picks_whole_words_at_the_mask_rate(review_batch, vocab, mask_rate):
+    ids = review_batch
+    special = torch.tensor(vocab.special_ids)
+    is_continuation = torch.from_numpy(vocab.is_continuation)
+    rule = MaskingRule(mask_rate=mask_rate, whole_word=True)
+    inputs, positions, labels = mask_tokens(ids, special, vocab.mask_id, vocab.size, rule,
+                                            torch.Generator().manual_seed(6), is_continuation)
+    picked = picked_mask(ids, positions, labels)
+    same_word = same_word_as_next(ids, vocab)
+    assert same_word.any(1).float().mean() > 0.9  # most rows hold words of several pieces
+    assert torch.equal(picked[:, :-1][same_word], picked[:, 1:][same_word])  # no word split
+
+    maskable = ~torch.isin(ids, special)
+    assert not picked[~maskable].any()
+    assert positions.shape == (len(ids), predictions_per_sequence(128, mask_rate))
+    assert (picked.sum(1) <= torch.round(maskable.sum(1) * mask_rate)).all()
+    assert picked.sum() / maskable.sum() == pytest.approx(mask_rate, abs=0.01)
+    # Words of several pieces are picked as often as short ones: `##` pieces keep their share.
+    continuation_share = is_continuation[ids][maskable].float().mean()
+    assert is_continuation[ids][picked].float().mean() == pytest.approx(continuation_share, abs=0.03)
+
+    used = labels != IGNORE_INDEX
+    assert torch.equal(ids.gather(1, positions)[used], labels[used])
+    assert torch.equal(inputs[~picked], ids[~picked])
+    share_mask = (inputs.gather(1, positions)[used] == vocab.mask_id).float().mean()
+    assert share_mask == pytest.approx(0.8, abs=0.02)  # decided per piece, as Google's BERT does
+
+
+def test_whole_word_masking_is_reproducible(review_batch, vocab):
+    rule = MaskingRule(whole_word=True)
+    special, is_continuation = torch.tensor(vocab.special_ids), torch.from_numpy(vocab.is_continuation)
+    first, second = (mask_tokens(review_batch[:32], special, vocab.mask_id, vocab.size, rule,
+                                 torch.Generator().manual_seed(8), is_continuation) for _ in range(2))
+    assert all(torch.equal(a, b) for a, b in zip(first, second))

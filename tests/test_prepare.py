@@ -1,5 +1,6 @@
 """Tests of the two shard preparers on the IMDB fixture corpus: no token lost, whole words kept,
-80/10/10 splits, reproducible output, static masking statistics and one-line user errors."""
+80/10/10 splits, reproducible output, static masking statistics (whole words too) and one-line user
+errors."""
 import numpy as np
 import pytest
 
@@ -158,6 +159,29 @@ def test_copies_mask_the_same_samples_differently(static_out, fixed_out):
     assert val.masking == "static" and val.header["copy"] is None
 
 
+WHOLE_WORD_OPTIONS = ("--masking", "static", "--whole-word-masking", "--mask-rate", "0.3",
+                      "--mask-replace-mask", "0.5", "--mask-replace-random", "0.5")
+
+
+@pytest.mark.parametrize("run", [run_text, run_fixed_len], ids=["text", "fixed_len"])
+def test_static_whole_word_masks_are_stored_and_recorded(run, imdb_corpus, id_stream, vocab_dir, vocab, tmp_path):
+    source = imdb_corpus if run is run_text else id_stream
+    shard = read_shard(run(tmp_path, source, vocab_dir, *WHOLE_WORD_OPTIONS) / f"train_imdb_{SEQ_LEN}_123.msgpack.gz")
+    assert (shard.header["whole_word_masking"], shard.header["mask_rate"], shard.header["mask_replace_mask"],
+            shard.header["mask_replace_random"]) == (True, 0.3, 0.5, 0.5)
+    original = shard.unmasked_tokens().astype(np.int64)
+    masked = np.zeros(len(original), dtype=bool)
+    masked[shard.mask_flat_positions()] = True
+    maskable = ~np.isin(original, vocab.special_ids)
+    same_word_as_next = maskable[:-1] & maskable[1:] & vocab.is_continuation[original[1:]]
+    assert same_word_as_next.sum() > 10_000
+    assert np.array_equal(masked[:-1][same_word_as_next], masked[1:][same_word_as_next])  # no word split
+    assert abs(masked.sum() / maskable.sum() - 0.3) < 0.01
+    inputs = shard.tokens[shard.mask_flat_positions()]
+    assert abs((inputs == vocab.mask_id).mean() - 0.5) < 0.03
+    assert (inputs == shard.mask_labels).mean() < 0.01  # random draws rarely hit the original
+
+
 def bad_text_runs(tmp_path, corpus, vocab_dir):
     empty = tmp_path / "empty.txt"
     empty.write_text("")
@@ -173,6 +197,11 @@ def bad_text_runs(tmp_path, corpus, vocab_dir):
             ({"-l": "im-db"}, "--label 'im-db'"),
             ({"-o": str(blocker / "sub")}, "a_file/sub: cannot create or write the output directory"),
             ({"--copies": "2"}, "--copies 2 needs --masking static"),
+            ({"--mask-rate": "0.3"}, "--mask-rate needs --masking static"),
+            ({"--masking": "static", "--mask-rate": "1.5"}, "--mask-rate 1.5: expected a number in (0, 1)"),
+            ({"--masking": "static", "--mask-replace-random": "-1"}, "--mask-replace-random -1.0: expected"),
+            ({"--masking": "static", "--mask-replace-mask": "0.9", "--mask-replace-random": "0.2"},
+             "--mask-replace-mask 0.9 plus --mask-replace-random 0.2 exceed 1"),
             ({"--chunk-mb": "0"}, "--chunk-mb 0")], base
 
 

@@ -4,6 +4,7 @@ import gzip
 import json
 import math
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -330,18 +331,18 @@ QUICK = ["--max-iters", "12", "--lr-decay-iters", "12", "--val-interval", "4", "
          "--learning-rate", "1e-2", "--min-learning-rate", "1e-3"]
 
 
-def check_learned(base: Path) -> None:
+def check_learned(base: Path, below_chance: float = 0.8) -> None:
     vocab_size = load_vocab(base / "vocab").size
     losses = [value for _, value in scalars(base / "runs" / "run0")["val/loss"]]
     assert len(losses) == 3
-    assert losses[-1] < losses[0] and losses[-1] < math.log(vocab_size) - 0.8, losses
+    assert losses[-1] < losses[0] and losses[-1] < math.log(vocab_size) - below_chance, losses
 
 
 def test_static_masked_shards_train(mlm_static_base_dir, mlm_config, monkeypatch, keep_signal_handlers,
                                     skip_flops_measurement, training_losses):
     shard = read_shard(next((mlm_static_base_dir / "datasets").glob("train_*")))
     assert shard.masking == "static"
-    mlm_config(mlm_static_base_dir)
+    mlm_config(mlm_static_base_dir, masking="static")
     monkeypatch.chdir(mlm_static_base_dir)
     main.main(QUICK)
     check_learned(mlm_static_base_dir)
@@ -368,9 +369,69 @@ def test_legacy_shards_train(mlm_workdir, skip_flops_measurement):
         shard = read_shard(datasets / f"{split}_imdb_64_123.msgpack.gz")
         write_legacy_shard(datasets / f"{split}_old_1.msgpack.gz", [shard.sample(i) for i in range(count)],
                            mask_id, rng)
-    main.main([*QUICK, "--dataset-pattern", "train_old_*.msgpack", "--val-dataset-pattern", "val_old_*.msgpack",
-               "--test-dataset-pattern", "test_old_*.msgpack"])
+    main.main([*QUICK, "--masking", "static", "--dataset-pattern", "train_old_*.msgpack",
+               "--val-dataset-pattern", "val_old_*.msgpack", "--test-dataset-pattern", "test_old_*.msgpack"])
     check_learned(mlm_workdir)
+
+
+# ----------------------------------------------------------------------------- masking keys
+
+# Whole words are harder to guess from word-piece counts alone: the loss falls less in twelve steps.
+@pytest.mark.parametrize("options, below_chance", [(["--whole-word-masking"], 0.5), (["--mask-rate", "0.3"], 0.8)],
+                         ids=["whole_words", "rate_0.3"])
+def test_dynamic_masking_options_train(mlm_workdir, skip_flops_measurement, options, below_chance):
+    main.main([*QUICK, *options])
+    check_learned(mlm_workdir, below_chance)
+
+
+def test_mask_rate_0_3_fills_its_slots(mlm_workdir):
+    config = main.load_config(None, ["--mask-rate", "0.3"])
+    task = MaskedLMTask(config, load_vocab(mlm_workdir / "vocab"), torch.device("cpu"))
+    ids = torch.from_numpy(next(task.data("val").fixed_batches(1))["input_ids"].astype(np.int64))
+    labels = task.mask(ids, torch.Generator().manual_seed(0))["labels"]
+    assert labels.shape == (config.batch_size, math.ceil(0.3 * config.seq_len))
+    maskable = ~torch.isin(ids, task.special_ids)
+    assert (labels != -100).sum() / maskable.sum() == pytest.approx(0.3, abs=0.02)
+
+
+def test_static_whole_word_shards_train(mlm_static_whole_word_base_dir, mlm_config, monkeypatch,
+                                        keep_signal_handlers, skip_flops_measurement):
+    mlm_config(mlm_static_whole_word_base_dir, masking="static", whole_word_masking="true", mask_rate=0.3)
+    monkeypatch.chdir(mlm_static_whole_word_base_dir)
+    main.main(QUICK)
+    check_learned(mlm_static_whole_word_base_dir)
+
+
+def test_dynamic_masking_of_static_shards_starts_from_the_original_ids(mlm_static_base_dir, mlm_config, tmp_path):
+    config = main.load_config(mlm_config(tmp_path, base_dir=mlm_static_base_dir), [])
+    task = MaskedLMTask(config, load_vocab(mlm_static_base_dir / "vocab"), torch.device("cpu"))
+    path = mlm_static_base_dir / "datasets" / "train_imdb_64_123.msgpack.gz"
+    shard = task.data("train").shard_for_epoch(0)
+    assert shard.masking == "none" and np.array_equal(shard.tokens, read_shard(path).unmasked_tokens())
+    assert "positions" not in next(task.train_batches(None))[1]  # masked by the trainer, afresh
+
+
+def test_masking_key_must_match_the_shards(mlm_workdir, mlm_static_whole_word_base_dir, monkeypatch, capsys,
+                                           skip_flops_measurement, tmp_path):
+    static_dir = tmp_path / "static"  # a copy: the failed runs leave run directories behind
+    for name in ("vocab", "datasets"):
+        shutil.copytree(mlm_static_whole_word_base_dir / name, static_dir / name)
+    cases = [(mlm_workdir, ["--masking", "static"],
+              f"{Path('datasets') / 'train_imdb_64_123.msgpack.gz'}: the shard holds no masks but the config has "
+              "masking = static"),
+             (static_dir, ["--masking", "static", "--mask-rate", "0.3"],
+              "train_imdb_64_123.msgpack.gz: masked with whole-word-masking = true but the config has "
+              "whole-word-masking = false and masking = static"),
+             (static_dir, ["--masking", "static", "--whole-word-masking"],
+              "train_imdb_64_123.msgpack.gz: masked with mask-rate = 0.3 but the config has mask-rate = 0.15")]
+    for directory, options, message in cases:
+        monkeypatch.chdir(directory)
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_info:
+            main.main([*QUICK, "--config", str(mlm_workdir / "config.ini"), *options])
+        assert exit_info.value.code == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
 
 
 # ----------------------------------------------------------------------------- signal handlers

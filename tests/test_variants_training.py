@@ -64,12 +64,18 @@ def test_masked_lm_can_start_from_a_causal_checkpoint(mlm_workdir):
     assert "loaded the encoder of" in (mlm / "logs" / "log.txt").read_text()
 
 
-def test_causal_lm_refuses_statically_masked_shards(mlm_static_base_dir, mlm_config, tmp_path):
+def test_causal_lm_reads_the_original_ids_of_static_shards(mlm_static_base_dir, mlm_config, tmp_path, monkeypatch,
+                                                           keep_signal_handlers):
     mlm_config(tmp_path, task_type="clm", base_dir=mlm_static_base_dir)
-    result = subprocess.run([sys.executable, str(ROOT / "src" / "main.py")], cwd=tmp_path,
+    monkeypatch.chdir(tmp_path)
+    config = main.load_config(None, ["--base-dir", str(mlm_static_base_dir)])
+    task = main.make_task(config)
+    batch = next(task.eval_batches("val", 1))
+    assert "positions" not in batch and not (batch["input_ids"] == task.vocab.mask_id).any()
+    result = subprocess.run([sys.executable, str(ROOT / "src" / "main.py"), "--masking", "static"], cwd=tmp_path,
                             capture_output=True, text=True)
     assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and "holds static masks; task-type = clm needs unmasked" in result.stderr
+    assert result.stderr.count("\n") == 1 and "masking = static goes with task-type = mlm, not clm" in result.stderr
 
 
 def test_sentence_objective_needs_masked_lm(mlm_workdir, capsys):
