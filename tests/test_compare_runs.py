@@ -22,13 +22,13 @@ LOW_MASK, HIGH_MASK = "mask-rate=0.15", "mask-rate=0.3"
 
 @pytest.fixture(scope="module")
 def runs(mlm_workdir_factory, tmp_path_factory) -> dict[str, Path]:
-    """One base directory with six 20-step-or-shorter runs: two seeds at mask-rate 0.15, two at
-    0.3, a third 0.3 run stopped at max-iters 10, and a dead one stopped before any validation."""
+    """One base directory with six runs of 12 steps or fewer: two seeds at mask-rate 0.15, two at
+    0.3, a third 0.3 run stopped at max-iters 8, and a dead one stopped before any validation."""
     directory = mlm_workdir_factory(tmp_path_factory.mktemp("compare") / "work",
-                                    val_interval=5, val_iters=2)
+                                    max_iters=12, lr_decay_iters=12, val_interval=4, val_iters=2)
     plans = {"low_1": ["--seed", "1"], "low_2": ["--seed", "2"],
              "high_1": ["--mask-rate", "0.3", "--seed", "1"], "high_2": ["--mask-rate", "0.3", "--seed", "2"],
-             "high_short": ["--mask-rate", "0.3", "--seed", "3", "--max-iters", "10"],
+             "high_short": ["--mask-rate", "0.3", "--seed", "3", "--max-iters", "8"],
              "dead": ["--mask-rate", "0.3", "--seed", "4"]}
     saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -83,13 +83,13 @@ def test_two_groups_of_two_seeds_give_plots_and_a_table_of_the_events_values(run
     assert sorted(path.name for path in out.iterdir()) == sorted(
         ["summary.md"] + [f"val_{m}_vs_{x}.png" for m in ("loss", "accuracy") for x in ("step", "tokens")])
 
-    assert "## val/loss: final at step 20, the last step all 4 runs reached" in summary
+    assert "## val/loss: final at step 12, the last step all 4 runs reached" in summary
     rows = table_rows(summary, "val/loss")
     assert list(rows) == [LOW_MASK, HIGH_MASK]  # the default grouping: only mask-rate differs (not seed)
-    low_finals, high_finals = final_values(low, "val/loss", 20), final_values(high, "val/loss", 20)
+    low_finals, high_finals = final_values(low, "val/loss", 12), final_values(high, "val/loss", 12)
     for label, finals in ((LOW_MASK, low_finals), (HIGH_MASK, high_finals)):
         count, final, best, reached, _ = rows[label]
-        assert count == "2" and reached == "20"
+        assert count == "2" and reached == "12"
         assert mean_std_cell(final) == pytest.approx((statistics.mean(finals), statistics.stdev(finals)), abs=6e-5)
     best_losses = [min(value for _, value in scalars(run_dir)["val/loss"]) for run_dir in low]
     assert mean_std_cell(rows[LOW_MASK][2]) == pytest.approx(
@@ -107,11 +107,11 @@ def test_runs_of_different_lengths_are_compared_at_the_last_step_all_reached(run
     high = [runs["high_1"], runs["high_2"], runs["high_short"]]
     summary, _ = compare(tmp_path, runs["low_1"], runs["low_2"], *high, "--metric", "loss")
 
-    assert "## val/loss: final at step 10, the last step all 5 runs reached" in summary
+    assert "## val/loss: final at step 8, the last step all 5 runs reached" in summary
     assert "val/accuracy" not in summary
     count, final, _, reached, _ = table_rows(summary, "val/loss")[HIGH_MASK]
-    assert (count, reached) == ("3", "10–20")  # max-iters is not a grouping key by default
-    finals = final_values(high, "val/loss", 10)
+    assert (count, reached) == ("3", "8–12")  # max-iters is not a grouping key by default
+    finals = final_values(high, "val/loss", 8)
     assert mean_std_cell(final) == pytest.approx((statistics.mean(finals), statistics.stdev(finals)), abs=6e-5)
 
 
@@ -179,7 +179,7 @@ def run_with(**settings) -> compare_runs.RunData:
 
 
 def test_default_grouping_ignores_seed_length_and_paths():
-    runs = [run_with(), run_with(seed="2", max_iters="10", **{"base-dir": "/b"}), run_with(**{"mask-rate": "0.3"})]
+    runs = [run_with(), run_with(seed="2", **{"max-iters": "10", "base-dir": "/b"}), run_with(**{"mask-rate": "0.3"})]
     assert compare_runs.differing_keys(runs) == ["mask-rate"]
     assert list(compare_runs.group_runs(runs, ["mask-rate", "dropout"])) == [
         "mask-rate=0.15, dropout=0.1", "mask-rate=0.3, dropout=0.1"]
