@@ -9,6 +9,10 @@ across lines and reviews; each becomes [CLS] segment [SEP] in the train, val or 
 With --masking static the masks are stored in the shards (and --copies K gives K masked train
 copies; --mask-rate, --whole-word-masking and --mask-replace-* say how); by default the trainer
 masks each batch afresh.
+
+With --pairs nsp or sop, samples are sentence pairs [CLS] A [SEP] B [SEP] with a label, built per
+document (one a line) as Google BERT does (see src/sentence_pairs.py); documents, not samples,
+go to train, val or test.
 """
 import argparse
 import itertools
@@ -22,6 +26,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from errors import UserError, exit_on_user_error  # noqa: E402
+from sentence_pairs import OBJECTIVES, PairMaker, encode_documents, pair_sample  # noqa: E402
 from shards import SPLITS, SplitWriter  # noqa: E402
 from train_vocab import expand_inputs  # noqa: E402
 from vocab import load_vocab  # noqa: E402
@@ -218,12 +223,43 @@ def prepare(files: list[Path], vocab, writer: SplitWriter, seq_len: int, chunk_b
     return packer
 
 
+def prepare_pairs(files: list[Path], vocab, writer: SplitWriter, seq_len: int, chunk_bytes: int,
+                  objective: str, seed: int) -> PairMaker:
+    """Sentence pairs of each document, written to the document's split."""
+    maker = PairMaker(objective, seq_len - 3, seed)  # room for [CLS] A [SEP] B [SEP]
+    total = sum(file.stat().st_size for file in files)
+    with tqdm(total=total, unit="B", unit_scale=True, desc="pairing") as progress:
+        for lines in read_line_chunks(files, chunk_bytes, progress):
+            write_pairs(writer, maker.add(encode_documents(vocab, lines)), vocab)
+        write_pairs(writer, maker.finish(), vocab)
+    if maker.documents == 0:
+        raise UserError(f"{', '.join(map(str, files))}: no tokens in the input")
+    return maker
+
+
+def write_pairs(writer: SplitWriter, made: list, vocab) -> None:
+    for code, split in enumerate(SPLITS):
+        pairs = [pair for pair_code, pair in made if pair_code == code]
+        writer.add_to_split(split, [pair_sample(pair, vocab.cls_id, vocab.sep_id) for pair in pairs],
+                            [pair.label for pair in pairs])
+
+
+def print_pair_summary(writer: SplitWriter, maker: PairMaker) -> None:
+    print(f"{writer.samples.sum():,} {maker.objective} pairs ({split_summary(writer)}), {writer.tokens:,} tokens, "
+          f"from {maker.documents:,} documents")
+    print(f"{maker.left_over_sentences:,} sentences without a partner (one-sentence documents, lone last "
+          f"sentences), {maker.lonely_documents:,} documents alone in their split (no random next sentence)")
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-i", "--input", nargs="+", required=True, help="text files or globs, one document a line")
     parser.add_argument("-v", "--vocab", required=True, help="directory holding vocab.txt, or the file")
     add_shared_arguments(parser)
     parser.add_argument("--chunk-mb", type=float, default=16, help="text read and tokenized at once (default 16)")
+    parser.add_argument("--pairs", choices=("none", *OBJECTIVES), default="none",
+                        help="none: pack words into segments (default); nsp or sop: sentence pairs labelled for "
+                             "next-sentence or sentence-order prediction")
     return parser.parse_args(argv)
 
 
@@ -236,11 +272,18 @@ def main(argv=None):
     files = expand_inputs(args.input)
     vocab = load_vocab(args.vocab)
     prepare_output_dir(args.output)
+    chunk_bytes = max(1, int(args.chunk_mb * 2**20))
     with SplitWriter(args.output, args.label, vocab, seq_len=args.seq_len, seed=args.seed, masking=args.masking,
                      copies=args.copies, rule=masking_rule(args), source_files=files,
-                     created_by="prepare_mlm_dataset.py") as writer:
-        packer = prepare(files, vocab, writer, args.seq_len, max(1, int(args.chunk_mb * 2**20)))
+                     created_by="prepare_mlm_dataset.py", pairs=args.pairs) as writer:
+        if args.pairs != "none":
+            maker = prepare_pairs(files, vocab, writer, args.seq_len, chunk_bytes, args.pairs, args.seed)
+        else:
+            packer = prepare(files, vocab, writer, args.seq_len, chunk_bytes)
     print_written(writer)
+    if args.pairs != "none":
+        print_pair_summary(writer, maker)
+        return
     print(f"{writer.samples.sum():,} samples ({split_summary(writer)}), {writer.tokens:,} tokens "
           f"({packer.pieces:,} word pieces + [CLS]/[SEP])")
     print(f"{packer.short:,} short samples (< {(args.seq_len - 2) / 2:g} pieces), "

@@ -3,7 +3,10 @@ round-robin by epoch.
 
 A batch is a dict of numpy arrays padded to seq-len. With masking = static the shards bring their
 stored masks; with masking = dynamic the trainer masks each batch on the device, fresh each epoch.
+Shards of sentence pairs add segment ids and pair labels, for next-sentence or sentence-order
+prediction.
 """
+import dataclasses
 from pathlib import Path
 from typing import Iterator
 
@@ -14,10 +17,12 @@ from batching import BatchOrder, gather_padded
 from config import ini_text
 from errors import UserError
 from masking import IGNORE_INDEX, MaskingRule, mask_tokens, predictions_per_sequence
-from model import BertForCausalLM, BertForMaskedLM
+from model import BertForCausalLM, BertForMaskedLM, BertForPreTraining
+from sentence_pairs import segment_ids
 from shards import MASKING_FIELDS, Shard, find_shards, read_shard
 from trainer import model_config, to_device
 
+PAIR_LABEL_NAMES = {"nsp": ("next", "random"), "sop": ("in order", "swapped")}
 
 def masking_rule(config) -> MaskingRule:
     return MaskingRule(mask_rate=config.mask_rate, replace_with_mask=config.mask_replace_mask,
@@ -34,7 +39,8 @@ def with_masking(shard: Shard, masking: str, rule: MaskingRule) -> Shard:
     if masking == "dynamic":
         if shard.masking == "none":
             return shard
-        return Shard(shard.path, shard.header | {"masking": "none"}, shard.unmasked_tokens(), shard.offsets)
+        return dataclasses.replace(shard, header=shard.header | {"masking": "none"}, tokens=shard.unmasked_tokens(),
+                                   mask_offsets=None, mask_positions=None, mask_labels=None)
     if shard.masking != "static":
         raise UserError(f"{shard.path}: the shard holds no masks but the config has masking = static "
                         f"(prepare it with --masking static, or set masking = dynamic)")
@@ -49,8 +55,9 @@ def with_masking(shard: Shard, masking: str, rule: MaskingRule) -> Shard:
     return shard
 
 
-def make_batch(shard: Shard, rows: np.ndarray, seq_len: int, pad_id: int, mask_rate: float) -> dict:
-    """Samples `rows` of a shard, padded to seq_len; with stored masks when the shard has them."""
+def make_batch(shard: Shard, rows: np.ndarray, seq_len: int, pad_id: int, sep_id: int, mask_rate: float) -> dict:
+    """Samples `rows` of a shard, padded to seq_len; with stored masks and sentence pairs when the
+    shard has them."""
     input_ids, real = gather_padded(shard.tokens, shard.offsets, rows, seq_len, pad_id)
     batch = {"input_ids": input_ids, "attention_mask": None if real.all() else real}
     if shard.mask_offsets is not None:
@@ -58,18 +65,32 @@ def make_batch(shard: Shard, rows: np.ndarray, seq_len: int, pad_id: int, mask_r
         slots = max(predictions_per_sequence(seq_len, mask_rate), int(counts.max(initial=0)))
         batch["positions"], _ = gather_padded(shard.mask_positions, shard.mask_offsets, rows, slots, 0)
         batch["labels"], _ = gather_padded(shard.mask_labels, shard.mask_offsets, rows, slots, IGNORE_INDEX)
+    if shard.pair_labels is not None:
+        batch["segment_ids"] = segment_ids(unmasked_ids(batch), real, sep_id)
+        batch["sentence_labels"] = shard.pair_labels[rows].astype(np.int64)
     return batch
+
+
+def unmasked_ids(batch: dict) -> np.ndarray:
+    """The batch's ids with stored masks undone: a random replacement may itself be a [SEP]."""
+    if "labels" not in batch:
+        return batch["input_ids"]
+    ids, used = batch["input_ids"].copy(), batch["labels"] != IGNORE_INDEX
+    ids[np.nonzero(used)[0], batch["positions"][used]] = batch["labels"][used]
+    return ids
 
 
 class MaskedLMData:
     """Batches of one split; train shards take turns by epoch (K static copies: K masks)."""
 
-    def __init__(self, paths: list[Path], expect: dict, seq_len: int, pad_id: int, masking: str,
-                 rule: MaskingRule, order: BatchOrder):
+    def __init__(self, paths: list[Path], expect: dict, seq_len: int, pad_id: int, sep_id: int, masking: str,
+                 rule: MaskingRule, order: BatchOrder, pairs: str | None = None):
         self.paths = paths
         self.expect = expect
         self.seq_len = seq_len
         self.pad_id = pad_id
+        self.sep_id = sep_id
+        self.pairs = pairs  # the sentence pairs the shards must hold; None: any
         self.masking = masking
         self.rule = rule
         self.order = order
@@ -82,6 +103,9 @@ class MaskedLMData:
             shard = with_masking(read_shard(path, self.expect), self.masking, self.rule)
             if shard.seq_len > self.seq_len:
                 raise UserError(f"{path}: samples of {shard.seq_len} tokens do not fit seq-len {self.seq_len}")
+            if self.pairs is not None and shard.pairs != self.pairs:
+                raise UserError(f"{path}: pairs is {shard.pairs} in the shard but sentence-objective = {self.pairs} "
+                                f"(prepare_mlm_dataset.py --pairs {self.pairs})")
             if len(shard) < self.order.batch_size * self.order.world_size:
                 raise UserError(f"{path}: {len(shard)} samples are fewer than one batch "
                                 f"(batch-size {self.order.batch_size} x {self.order.world_size} processes)")
@@ -92,17 +116,21 @@ class MaskedLMData:
         return self.order.batches(
             position, lambda epoch: len(self.shard_for_epoch(epoch)),
             lambda epoch, rows: make_batch(self.shard_for_epoch(epoch), rows, self.seq_len, self.pad_id,
-                                           self.rule.mask_rate))
+                                           self.sep_id, self.rule.mask_rate))
 
     def fixed_batches(self, count: int | None) -> Iterator[dict]:
         shard = self.shard_for_epoch(0)
         return self.order.fixed_batches(
-            count, len(shard),
-            lambda rows: make_batch(shard, rows, self.seq_len, self.pad_id, self.rule.mask_rate))
+            count, len(shard), lambda rows: make_batch(shard, rows, self.seq_len, self.pad_id, self.sep_id,
+                                                       self.rule.mask_rate))
 
 
 class MaskedLMTask:
-    """MLM pre-training as the trainer sees it: model, batches, loss, and a look at predictions."""
+    """MLM pre-training as the trainer sees it: model, batches, loss, and a look at predictions.
+
+    With sentence-objective nsp or sop, the model also classifies each sentence pair from the
+    pooled [CLS]; shards of pairs train plain MLM too (their labels unused).
+    """
     name = "mlm"
     best_metric = "loss"
     lower_is_better = True
@@ -118,8 +146,11 @@ class MaskedLMTask:
         self.patterns = {"train": config.dataset_pattern, "val": config.val_dataset_pattern,
                          "test": config.test_dataset_pattern}
         self.rank, self.world_size = rank, world_size
+        self.objective = config.sentence_objective
         self.splits: dict[str, MaskedLMData] = {}
         self.data("train")  # fail early on a missing train split
+        if self.objective != "none":
+            self.data("train").shard_for_epoch(0)  # and on shards without the sentence pairs
 
     @property
     def predictions_per_token(self) -> float:
@@ -131,11 +162,13 @@ class MaskedLMTask:
             paths = find_shards(Path(config.datasets_dir), self.patterns[split])
             order = BatchOrder(config.batch_size, config.seed, self.rank, self.world_size)
             self.splits[split] = MaskedLMData(paths, self.expect, config.seq_len, self.vocab.pad_id,
-                                              config.masking, self.rule, order)
+                                              self.vocab.sep_id, config.masking, self.rule, order,
+                                              None if self.objective == "none" else self.objective)
         return self.splits[split]
 
     def build_model(self, max_len: int | None = None) -> BertForMaskedLM:
-        return BertForMaskedLM(model_config(self.config, self.vocab, max_len))
+        model = BertForMaskedLM if self.objective == "none" else BertForPreTraining
+        return model(model_config(self.config, self.vocab, max_len))
 
     def labels_hidden(self, split: str) -> bool:
         return False
@@ -159,18 +192,37 @@ class MaskedLMTask:
         return {"input_ids": inputs, "positions": positions, "labels": labels}
 
     def loss(self, model, batch: dict, training: bool, generator: torch.Generator | None = None):
-        """Mean loss over masked positions, and [count, hits] for accuracy; no host sync."""
+        """Mean loss over masked positions (plus the sentence loss), and [count, hits] for accuracy
+        (then [pairs, pair hits]); no host sync."""
         if "positions" not in batch:
             batch = {**batch, **self.mask(batch["input_ids"], generator)}
+        if self.objective != "none":
+            return self.pair_loss(model, batch)
         logits, loss = model(batch["input_ids"], batch["positions"], batch["labels"],
-                             attention_mask=batch["attention_mask"])
-        scored = batch["labels"] != IGNORE_INDEX
-        hits = ((logits.argmax(-1) == batch["labels"]) & scored).sum()
-        return loss, torch.stack([scored.sum(), hits])
+                             attention_mask=batch["attention_mask"], segment_ids=batch.get("segment_ids"))
+        return loss, self.mlm_statistics(logits, batch["labels"])
+
+    def pair_loss(self, model, batch: dict):
+        logits, sentence_logits, loss = model(
+            batch["input_ids"], batch["positions"], batch["labels"], attention_mask=batch["attention_mask"],
+            segment_ids=batch["segment_ids"], sentence_labels=batch["sentence_labels"])
+        labels = batch["sentence_labels"]
+        sentence_hits = (sentence_logits.argmax(-1) == labels).sum()
+        pairs = torch.full_like(sentence_hits, labels.numel())
+        return loss, torch.cat([self.mlm_statistics(logits, batch["labels"]), torch.stack([pairs, sentence_hits])])
+
+    @staticmethod
+    def mlm_statistics(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        scored = labels != IGNORE_INDEX
+        hits = ((logits.argmax(-1) == labels) & scored).sum()
+        return torch.stack([scored.sum(), hits])
 
     def metrics(self, loss: float, statistics: torch.Tensor) -> dict:
-        count, hits = statistics.tolist()
-        return {"loss": loss, "accuracy": hits / count}
+        count, hits, *pairs = statistics.tolist()
+        metrics = {"loss": loss, "accuracy": hits / count}
+        if pairs:
+            metrics["sentence_accuracy"] = pairs[1] / pairs[0]
+        return metrics
 
     @torch.no_grad()
     def show_predictions(self, model, autocast) -> str:
@@ -179,15 +231,22 @@ class MaskedLMTask:
         batch = {name: value[:1] if value is not None else None for name, value in batch.items()}
         model.eval()
         with autocast:
-            logits, _ = model(batch["input_ids"], batch["positions"], attention_mask=batch["attention_mask"])
+            outputs = model(batch["input_ids"], batch["positions"], attention_mask=batch["attention_mask"],
+                            segment_ids=batch.get("segment_ids"))
         model.train()
+        logits = outputs[0]
         scored = (batch["labels"][0] != IGNORE_INDEX).tolist()
         positions = batch["positions"][0].tolist()
         predicted = dict((p, t) for p, t, s in zip(positions, logits[0].argmax(-1).tolist(), scored) if s)
         original = dict((p, t) for p, t, s in zip(positions, batch["labels"][0].tolist(), scored) if s)
         ids = batch["input_ids"][0].tolist()
-        return (f"predicted: {self.render(ids, predicted)}\n"
-                f"original:  {self.render(ids, original)}")
+        shown = (f"predicted: {self.render(ids, predicted)}\n"
+                 f"original:  {self.render(ids, original)}")
+        if self.objective != "none":
+            names = PAIR_LABEL_NAMES[self.objective]
+            shown += (f"\nsentence pair: predicted {names[outputs[1][0].argmax().item()]}, "
+                      f"actual {names[batch['sentence_labels'][0].item()]}")
+        return shown
 
     def render(self, ids: list[int], at_masks: dict[int, int]) -> str:
         """Tokens as text, word pieces joined, masked positions shown as /token/."""
@@ -195,6 +254,9 @@ class MaskedLMTask:
         for position, token_id in enumerate(ids):
             if token_id == self.vocab.pad_id:
                 break
+            if token_id == self.vocab.sep_id and ids[position + 1:position + 2] not in ([], [self.vocab.pad_id]):
+                words.append("|")  # between the sentences of a pair
+                continue
             if token_id in (self.vocab.cls_id, self.vocab.sep_id):
                 continue
             if position in at_masks:

@@ -25,6 +25,7 @@ SAMPLES_PER_BLOCK = 4096
 TOKENS_PER_STREAM_BLOCK = 1 << 20
 SPLITS = ("train", "val", "test")
 SPLIT_SHARES = (0.8, 0.1, 0.1)
+PAIRS = ("none", "nsp", "sop")  # sentence pairs: none, or labelled for next-sentence / sentence-order prediction
 DTYPES = {"uint16": np.uint16, "int32": np.int32}
 GZIP_MAGIC = b"\x1f\x8b"
 COMPRESS_LEVEL = 6  # zlib's default: level 9 is much slower for a few percent
@@ -226,13 +227,15 @@ class ShardWriter:
     """Write one MLM shard as a context manager: finalised on clean exit, removed on error.
 
     add() takes 1-D id arrays ([CLS] ... [SEP]) that the masker (if any) masks per block of
-    4,096 samples, or MaskedSample tuples already masked by the caller.
+    4,096 samples, or MaskedSample tuples already masked by the caller. Shards of sentence pairs
+    ([CLS] A [SEP] B [SEP], pairs nsp or sop) take a pair label per sample too.
     """
 
     def __init__(self, path, vocab, *, seq_len: int, split: str, seed: int, masker: StaticMasker | None = None,
-                 copy: int | None = None, mask_rate: float | None = None, source_files=(), created_by: str = ""):
+                 copy: int | None = None, mask_rate: float | None = None, source_files=(), created_by: str = "",
+                 pairs: str = "none"):
         self.path = Path(path)
-        self.vocab, self.dtype, self.masker = vocab, vocab.id_dtype, masker
+        self.vocab, self.dtype, self.masker, self.pairs = vocab, vocab.id_dtype, masker, pairs
         self.header_fields = {
             "seq_len": seq_len, "vocab_size": vocab.size, "vocab_checksum": vocab.checksum,
             "split": split, "seed": seed, "copy": copy, "source_files": [str(file) for file in source_files],
@@ -245,16 +248,23 @@ class ShardWriter:
         self.samples = self.tokens = self.blocks = 0
         self.premasked: bool | None = None
         self.pending: list = []
+        self.pending_pair_labels: list[int] = []
         self.file: _HeaderFirstFile | None = None
 
     def __enter__(self):
         self.file = _HeaderFirstFile(self.path)
         return self
 
-    def add(self, samples) -> None:
-        for sample in samples:
+    def add(self, samples, pair_labels=None) -> None:
+        labelled = pair_labels is not None
+        if labelled != (self.pairs != "none") or (labelled and len(pair_labels) != len(samples)):
+            raise ValueError(f"a shard with pairs {self.pairs} takes "
+                             f"{'one pair label per sample' if self.pairs != 'none' else 'no pair labels'}")
+        for index, sample in enumerate(samples):
             self._check_sample(sample)
             self.pending.append(sample)
+            if pair_labels is not None:
+                self.pending_pair_labels.append(pair_labels[index])
             if len(self.pending) == SAMPLES_PER_BLOCK:
                 self._write_block()
 
@@ -283,6 +293,9 @@ class ShardWriter:
             block["mask_counts"] = np.array([len(s.positions) for s in samples], dtype=np.uint16).tobytes()
             block["mask_positions"] = np.concatenate([s.positions for s in samples]).astype(np.uint16).tobytes()
             block["mask_labels"] = np.concatenate([s.labels for s in samples]).astype(self.dtype).tobytes()
+        if self.pairs != "none":
+            block["pair_labels"] = np.array(self.pending_pair_labels, dtype=np.uint8).tobytes()
+            self.pending_pair_labels = []
         self.file.write(block)
         self.samples += len(samples)
         self.tokens += sum(len(ids) for ids in inputs)
@@ -296,7 +309,8 @@ class ShardWriter:
                 "samples": self.samples, "tokens": self.tokens, "masking": self.masking,
                 **{field: fields[field] if static else None for field in MASKING_FIELDS},
                 "split": fields["split"], "seed": fields["seed"], "copy": fields["copy"],
-                "source_files": fields["source_files"], "dtype": fields["dtype"], "created_by": fields["created_by"]}
+                "source_files": fields["source_files"], "dtype": fields["dtype"], "created_by": fields["created_by"],
+                "pairs": self.pairs}
 
     def __exit__(self, kind, error, traceback):
         if kind is None:
@@ -316,14 +330,14 @@ class SplitWriter:
     """
 
     def __init__(self, out_dir, label: str, vocab, *, seq_len: int, seed: int, masking: str = "none",
-                 copies: int = 1, rule=None, source_files=(), created_by: str = ""):
+                 copies: int = 1, rule=None, source_files=(), created_by: str = "", pairs: str = "none"):
         self.out_dir, self.label, self.vocab = Path(out_dir), label, vocab
         self.seq_len, self.seed, self.masking, self.copies = seq_len, seed, masking, copies
         if masking == "static" and rule is None:
             from masking import MaskingRule
             rule = MaskingRule()
         self.rule = rule  # a masking.MaskingRule, used with static masking
-        self.common = {"source_files": source_files, "created_by": created_by}
+        self.common = {"source_files": source_files, "created_by": created_by, "pairs": pairs}
         self.samples = np.zeros(len(SPLITS), dtype=np.int64)
         self.tokens = 0
         self.writers: dict[str, list[ShardWriter]] = {}
@@ -358,6 +372,13 @@ class SplitWriter:
             self.samples[code] += len(chosen)
         self.tokens += sum(len(sample) for sample in samples)
 
+    def add_to_split(self, split: str, samples, pair_labels=None) -> None:
+        """Append samples to one split: sentence pairs are split by document, not by sample."""
+        for writer in self.writers[split]:
+            writer.add(samples, pair_labels)
+        self.samples[SPLITS.index(split)] += len(samples)
+        self.tokens += sum(len(sample) for sample in samples)
+
     def __exit__(self, kind, error, traceback):
         return self.stack.__exit__(kind, error, traceback)
 
@@ -372,6 +393,7 @@ class Shard:
 
     For static shards tokens hold the masked inputs; sample i's masked positions (within the
     sample) and original ids are mask_positions/mask_labels[mask_offsets[i]:mask_offsets[i+1]].
+    Shards of sentence pairs ([CLS] A [SEP] B [SEP]) hold a label per sample in pair_labels.
     """
     path: Path
     header: dict
@@ -380,6 +402,7 @@ class Shard:
     mask_offsets: np.ndarray | None = None
     mask_positions: np.ndarray | None = None
     mask_labels: np.ndarray | None = None
+    pair_labels: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -387,6 +410,10 @@ class Shard:
     @property
     def masking(self) -> str:
         return self.header["masking"]
+
+    @property
+    def pairs(self) -> str:
+        return self.header.get("pairs", "none")  # shards written before pairs existed hold none
 
     @property
     def seq_len(self) -> int:
@@ -408,7 +435,8 @@ class Shard:
         return self.offsets[sample_of_mask] + self.mask_positions
 
     def resident_bytes(self) -> int:
-        arrays = (self.tokens, self.offsets, self.mask_offsets, self.mask_positions, self.mask_labels)
+        arrays = (self.tokens, self.offsets, self.mask_offsets, self.mask_positions, self.mask_labels,
+                  self.pair_labels)
         return sum(array.nbytes for array in arrays if array is not None)
 
 
@@ -511,6 +539,8 @@ def _validate_shard_header(path, header) -> None:
                          f"version {FORMAT_VERSION}")
     if header.get("dtype") not in DTYPES or header.get("masking") not in ("static", "none"):
         raise corrupt(path, f"dtype {header.get('dtype')!r}, masking {header.get('masking')!r}")
+    if header.get("pairs", "none") not in PAIRS:
+        raise corrupt(path, f"pairs {header.get('pairs')!r}")
     for field in ("samples", "tokens", "seq_len"):
         if not isinstance(header.get(field), int) or header[field] < 0:
             raise corrupt(path, f"header field {field} is {header.get(field)!r}")
@@ -545,14 +575,18 @@ def _read_blocks(path: Path) -> Shard:
         _validate_shard_header(path, header)
         dtype = DTYPES[header["dtype"]]
         static = header["masking"] == "static"
+        paired = header.get("pairs", "none") != "none"
         lengths = _ArrayFiller(path, "samples", header["samples"], np.uint16)
         tokens = _ArrayFiller(path, "tokens", header["tokens"], dtype)
+        pair_labels = _ArrayFiller(path, "pair labels", header["samples"] if paired else 0, np.uint8)
         counts, positions, labels = [], [], []  # masks are ~15% of tokens: lists are cheap enough
         for block in unpacker:
             block_lengths = lengths.append(block["lengths"])
             block_tokens = tokens.append(block["tokens"])
             if int(block_lengths.sum(dtype=np.int64)) != len(block_tokens):
                 raise corrupt(path, "block lengths do not add up to its tokens")
+            if paired and len(pair_labels.append(block["pair_labels"])) != len(block_lengths):
+                raise corrupt(path, "a block has not one pair label per sample")
             if static:
                 counts.append(np.frombuffer(block["mask_counts"], dtype=np.uint16))
                 positions.append(np.frombuffer(block["mask_positions"], dtype=np.uint16))
@@ -561,9 +595,17 @@ def _read_blocks(path: Path) -> Shard:
         tokens = tokens.finish()
     if len(offsets) > 1 and np.diff(offsets).max() > header["seq_len"]:
         raise corrupt(path, f"a sample is longer than seq_len {header['seq_len']}")
-    if not static:
-        return Shard(path, header, tokens, offsets)
-    return _static_shard(path, header, tokens, offsets, counts, positions, labels)
+    shard = _static_shard(path, header, tokens, offsets, counts, positions, labels) if static \
+        else Shard(path, header, tokens, offsets)
+    if paired:
+        shard.pair_labels = _checked_pair_labels(path, pair_labels.finish())
+    return shard
+
+
+def _checked_pair_labels(path, pair_labels: np.ndarray) -> np.ndarray:
+    if len(pair_labels) and pair_labels.max() > 1:
+        raise corrupt(path, f"pair label {pair_labels.max()}, expected 0 or 1")
+    return pair_labels
 
 
 def _offsets(lengths: np.ndarray) -> np.ndarray:

@@ -476,9 +476,10 @@ class Trainer:
         torch.manual_seed(config.seed + self.rank)
         model = task.build_model(checkpoint and checkpoint["model_config"]["max_len"]).to(device)
         mask_generator = torch.Generator(device=device).manual_seed(config.seed + 1000 + self.rank)
-        # The same task with optimizer state continues that run; anything else is a starting point
-        # (an MLM checkpoint for fine-tuning, an imported transformers model).
-        resuming = checkpoint is not None and checkpoint["task"] == task.name and checkpoint["optimizer"] is not None
+        # The same task and heads with optimizer state continue that run; anything else is a starting
+        # point (an MLM checkpoint for fine-tuning or for MLM + NSP, an imported transformers model).
+        resuming = (checkpoint is not None and checkpoint["task"] == task.name and checkpoint["optimizer"] is not None
+                    and checkpoint["model_config"].get("sentence_classes", 0) == model.config.sentence_classes)
         run_dir = run_dir_of(checkpoint_path) if resuming else None
         if run_dir is None and self.rank == 0:
             run_dir = create_run_dir(Path(config.runs_dir).absolute())
