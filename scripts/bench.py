@@ -299,7 +299,8 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=5, help="MLM steps per timed round")
     parser.add_argument("--finetune-steps", type=int, default=8,
                         help="fine-tuning steps per timed round, each on the next training batch of the epoch")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; MLM: the median counts; fine-tuning: the total")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="alternating rounds; MLM: the median counts; fine-tuning: the total")
     parser.add_argument("--memory-steps", type=int, default=3, help="steps run to find the peak memory")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--measure-memory", choices=["ours", "transformers"], help=argparse.SUPPRESS)

@@ -45,7 +45,8 @@ def test_finetuning_benchmark_runs_both_sides_on_the_same_training_batches():
     first = epoch[0]
     theirs = bench.padded_to_seq_len(first, vocab.pad_id)
     width = first["input_ids"].shape[1]
-    assert theirs["input_ids"].shape == (4, bench.SEQ_LEN) and (theirs["input_ids"][:, :width] == first["input_ids"]).all()
+    assert theirs["input_ids"].shape == (4, bench.SEQ_LEN)
+    assert (theirs["input_ids"][:, :width] == first["input_ids"]).all()
     assert (theirs["input_ids"][:, width:] == vocab.pad_id).all()
     assert theirs["attention_mask"].sum() == first["attention_mask"].sum()
 
