@@ -3,6 +3,7 @@
 Example:
     python scripts/bench.py                       # MLM at small and medium, fine-tuning at medium and original
     python scripts/bench.py --sizes small medium original --steps 10
+    python scripts/bench.py --sizes --finetune-sizes medium original   # fine-tuning only
 
 Both models get the same config, the same real batch (demo shards when present), the same
 thread count and their best dtype on the device (bf16 autocast where supported). Ours masks
@@ -11,8 +12,9 @@ uses it; theirs masks as DataCollatorForLanguageModeling does and uses torch Ada
 are timed in alternating rounds in one process, so drift in the machine hits both alike.
 
 MFU counts the FLOPs a step needs (model.flops_per_token with the head on the masked slots
-only) for both sides, over the matmul peak measured in the same run. Fine-tuning uses real
-SST-2 sentences from demo/ (build it with scripts/make_demo.py): ours pads a batch to its
+only) for both sides, over the matmul peak measured in the same run. Fine-tuning runs both
+sides over the same real SST-2 training batches from demo/ (build it with scripts/make_demo.py),
+drawn as our trainer draws them (length-grouped, the default seed): ours pads a batch to its
 longest sentence, theirs to 128 as run_glue does. Peak memory is measured in a fresh
 subprocess per side and size (peak RSS growth on CPU, max_memory_allocated on CUDA).
 """
@@ -22,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -107,14 +110,18 @@ class Theirs:
         self.optimizer.zero_grad(set_to_none=True)
 
 
-def seconds_per_step(runner, ids, steps: int, device) -> float:
+def seconds_for_batches(runner, batches: list, device) -> float:
     synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     synchronize()
     started = time.perf_counter()
-    for _ in range(steps):
-        runner.step(ids)
+    for batch in batches:
+        runner.step(batch)
     synchronize()
-    return (time.perf_counter() - started) / steps
+    return time.perf_counter() - started
+
+
+def seconds_per_step(runner, ids, steps: int, device) -> float:
+    return seconds_for_batches(runner, [ids] * steps, device) / steps
 
 
 def compare(size: str, batch_size: int, steps: int, rounds: int, device, dtype) -> dict:
@@ -146,17 +153,28 @@ def useful_flops_per_step(size: str, batch_size: int) -> float:
 
 # ----------------------------------------------------------------------------- fine-tuning
 
-def sst2_batch(batch_size: int, seed: int = 0):
-    """A random batch of real SST-2 training sentences: the encoded set and the chosen rows."""
-    from classification_dataset import EncodedSentences, read_sentences
+def sst2_epoch(batch_size: int):
+    """One epoch of real SST-2 training batches (numpy), as the trainer draws them with the default
+    config (length-grouped, padded to each batch's longest), and the vocabulary."""
+    from classification_dataset import ClassificationTask
+    from config import Config
     from vocab import load_vocab
-    path = ROOT / "demo" / "datasets" / "train-00000-of-00001.parquet"
-    if not path.is_file():
-        sys.exit(f"{path}: not found; the fine-tuning benchmark needs the demo (python scripts/make_demo.py)")
-    vocab = load_vocab(ROOT / "demo" / "vocab")
-    encoded = EncodedSentences(read_sentences(path), vocab, SEQ_LEN)
-    rows = np.random.default_rng(seed).choice(len(encoded), batch_size, replace=False)
-    return encoded, rows, vocab
+    demo = ROOT / "demo"
+    if not (demo / "datasets" / "train-00000-of-00001.parquet").is_file():
+        sys.exit(f"{demo}/datasets: no SST-2 training split; the fine-tuning benchmark needs the demo "
+                 f"(python scripts/make_demo.py -o demo)")
+    vocab = load_vocab(demo / "vocab")
+    config = Config(task_type="sst2", base_dir=str(demo), batch_size=batch_size, seq_len=SEQ_LEN)
+    task = ClassificationTask(config, vocab, torch.device("cpu"))
+    batches_per_epoch = len(task.data("train")) // batch_size
+    return [batch for _, batch in islice(task.train_batches(None), batches_per_epoch)], vocab
+
+
+def padded_to_seq_len(batch: dict, pad_id: int) -> dict:
+    """The same sentences padded to 128, as run_glue's default (pad_to_max_length) does."""
+    extra = ((0, 0), (0, SEQ_LEN - batch["input_ids"].shape[1]))
+    return {"input_ids": np.pad(batch["input_ids"], extra, constant_values=pad_id),
+            "attention_mask": np.pad(batch["attention_mask"], extra).astype(np.int64), "labels": batch["labels"]}
 
 
 class OursClassifier:
@@ -201,26 +219,34 @@ class TheirsClassifier:
         self.optimizer.zero_grad(set_to_none=True)
 
 
-def compare_finetuning(size: str, batch_size: int, steps: int, rounds: int, device, dtype) -> dict:
-    """Sentences/s of one fine-tuning step on the same SST-2 batch: ours padded to the batch's
-    longest sentence (rounded up to 8, as EncodedSentences.batch does), theirs padded to 128."""
-    from batching import gather_padded
-    encoded, rows, vocab = sst2_batch(batch_size)
-    ours_batch = encoded.batch(rows, vocab.pad_id)
-    ids, real = gather_padded(encoded.tokens, encoded.offsets, rows, SEQ_LEN, vocab.pad_id)
-    batches = {"ours": {key: torch.as_tensor(value).to(device) for key, value in ours_batch.items()},
-               "transformers": {"input_ids": torch.as_tensor(ids).to(device),
-                                "attention_mask": torch.as_tensor(real).long().to(device),
-                                "labels": torch.as_tensor(encoded.labels[rows]).to(device)}}
+def warm_up_batches(batches: list[dict]) -> list[dict]:
+    """One batch of each width in the set, twice if there is one width: the first step at a new
+    shape pays for set-up (allocator, kernels) that a whole epoch amortises."""
+    distinct = list({batch["input_ids"].shape[1]: batch for batch in batches}.values())
+    return distinct if len(distinct) > 1 else distinct * 2
+
+
+def compare_finetuning(size: str, epoch: list[dict], vocab, steps: int, rounds: int, device, dtype) -> dict:
+    """Sentences/s of fine-tuning over the first rounds x steps training batches of the epoch,
+    each round the next `steps` of them, ours then theirs on the same sentences: ours padded to
+    each batch's longest (rounded up to 8, as EncodedSentences.batch does), theirs to 128."""
+    def on_device(batch):
+        return {key: torch.as_tensor(value).to(device) for key, value in batch.items()}
+
+    measured = epoch[:rounds * steps]
+    batches = {"ours": [on_device(batch) for batch in measured],
+               "transformers": [on_device(padded_to_seq_len(batch, vocab.pad_id)) for batch in measured]}
     runners = [OursClassifier(size, vocab, device, dtype), TheirsClassifier(size, vocab, device, dtype)]
     for runner in runners:
-        seconds_per_step(runner, batches[runner.name], 2, device)
-    timings = {runner.name: [] for runner in runners}
-    for _ in range(rounds):
+        seconds_for_batches(runner, warm_up_batches(batches[runner.name]), device)
+    seconds = {runner.name: 0.0 for runner in runners}
+    for first in range(0, len(measured), steps):
         for runner in runners:
-            timings[runner.name].append(seconds_per_step(runner, batches[runner.name], steps, device))
-    result = {name: batch_size / statistics.median(times) for name, times in timings.items()}
-    result["ours_width"] = ours_batch["input_ids"].shape[1]
+            seconds[runner.name] += seconds_for_batches(runner, batches[runner.name][first:first + steps], device)
+    sentences = sum(len(batch["labels"]) for batch in measured)
+    result = {name: sentences / total for name, total in seconds.items()}
+    result["widths"] = {name: np.mean([batch["input_ids"].shape[1] for batch in side])
+                        for name, side in batches.items()}
     return result
 
 
@@ -265,34 +291,23 @@ def peak_memory_mib(side: str, size: str, batch_size: int, steps: int, device) -
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=["small", "medium"],
-                        help="sizes for the MLM step, its MFU and peak memory")
+    parser.add_argument("--sizes", nargs="*", choices=list(SIZES), default=["small", "medium"],
+                        help="sizes for the MLM step, its MFU and peak memory (none to skip)")
     parser.add_argument("--finetune-sizes", nargs="*", choices=list(SIZES), default=["medium", "original"],
                         help="sizes for the SST-2 fine-tuning step (none to skip)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=5, help="MLM steps per timed round")
-    parser.add_argument("--finetune-steps", type=int, default=2, help="fine-tuning steps per timed round")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; the median counts")
+    parser.add_argument("--finetune-steps", type=int, default=8,
+                        help="fine-tuning steps per timed round, each on the next training batch of the epoch")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="alternating rounds; MLM: the median counts; fine-tuning: the total")
     parser.add_argument("--memory-steps", type=int, default=3, help="steps run to find the peak memory")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--measure-memory", choices=["ours", "transformers"], help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    device = select_device(args.device)
-    if args.measure_memory:  # the subprocess peak_memory_mib starts
-        mib = measure_memory(args.measure_memory, args.sizes[0], args.batch_size, args.steps, device)
-        print(json.dumps({"mib": mib}))
-        return
-    dtype = select_dtype("auto", device)
-    peaks = {name: measure_matmul_flops(device, peak_dtype) for name, peak_dtype in
-             (("bf16", torch.bfloat16), ("fp32", torch.float32))}
-    print(f"device {device}, {torch.get_num_threads()} threads, autocast {str(dtype).removeprefix('torch.')}, "
-          f"batch {args.batch_size} x {SEQ_LEN}, vocab {VOCAB_SIZE}, median of {args.rounds} rounds of {args.steps} steps")
-    print(f"measured matmul peak (1024^3): bf16 {peaks['bf16'] / 1e9:,.1f} GFLOP/s, "
-          f"fp32 {peaks['fp32'] / 1e9:,.1f} GFLOP/s")
+def print_mlm_tables(args, device, dtype, peaks: dict):
     print()
     print("MLM training step")
     print()
@@ -328,19 +343,49 @@ def main(argv=None):
                for side in ("ours", "transformers")}
         print(f"| {size} | {mib['ours']:,.0f} | {mib['transformers']:,.0f} | "
               f"{mib['ours'] / mib['transformers']:.2f}x |", flush=True)
-    if not args.finetune_sizes:
-        return
+
+
+def print_finetuning_table(args, device, dtype):
+    epoch, vocab = sst2_epoch(args.batch_size)
+    batches = args.rounds * args.finetune_steps
+    epoch_width = np.mean([batch["input_ids"].shape[1] for batch in epoch])
     print()
-    print(f"SST-2 fine-tuning step, same {args.batch_size} real sentences: ours padded to the batch's longest "
-          f"(rounded to 8), transformers to {SEQ_LEN}; median of {args.rounds} rounds of {args.finetune_steps} steps")
+    print(f"SST-2 fine-tuning over the first {batches} of the epoch's {len(epoch)} training batches of "
+          f"{args.batch_size} real sentences, drawn as training draws them (length-grouped); both sides on the "
+          f"same batches, ours padded to each batch's longest (rounded to 8; {epoch_width:.1f} wide on average "
+          f"over the epoch), transformers to {SEQ_LEN} as run_glue does; {args.rounds} alternating rounds of "
+          f"{args.finetune_steps} steps, total sentences over total seconds")
     print()
-    print("| size | layers x width | ours width | ours sentences/s | transformers sentences/s | ours / transformers |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| size | layers x width | ours mean width | transformers width | ours sentences/s | "
+          "transformers sentences/s | ours / transformers |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for size in args.finetune_sizes:
-        result = compare_finetuning(size, args.batch_size, args.finetune_steps, args.rounds, device, dtype)
+        result = compare_finetuning(size, epoch, vocab, args.finetune_steps, args.rounds, device, dtype)
         layers, width, _ = SIZES[size]
-        print(f"| {size} | {layers} x {width} | {result['ours_width']} | {result['ours']:,.1f} | "
-              f"{result['transformers']:,.1f} | {result['ours'] / result['transformers']:.2f}x |", flush=True)
+        widths = result["widths"]
+        print(f"| {size} | {layers} x {width} | {widths['ours']:.1f} | {widths['transformers']:.0f} | "
+              f"{result['ours']:,.1f} | {result['transformers']:,.1f} | "
+              f"{result['ours'] / result['transformers']:.2f}x |", flush=True)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    device = select_device(args.device)
+    if args.measure_memory:  # the subprocess peak_memory_mib starts
+        mib = measure_memory(args.measure_memory, args.sizes[0], args.batch_size, args.steps, device)
+        print(json.dumps({"mib": mib}))
+        return
+    dtype = select_dtype("auto", device)
+    peaks = {name: measure_matmul_flops(device, peak_dtype) for name, peak_dtype in
+             (("bf16", torch.bfloat16), ("fp32", torch.float32))}
+    print(f"device {device}, {torch.get_num_threads()} threads, autocast {str(dtype).removeprefix('torch.')}, "
+          f"batch {args.batch_size} x {SEQ_LEN}, vocab {VOCAB_SIZE}, median of {args.rounds} rounds of {args.steps} steps")
+    print(f"measured matmul peak (1024^3): bf16 {peaks['bf16'] / 1e9:,.1f} GFLOP/s, "
+          f"fp32 {peaks['fp32'] / 1e9:,.1f} GFLOP/s")
+    if args.sizes:
+        print_mlm_tables(args, device, dtype, peaks)
+    if args.finetune_sizes:
+        print_finetuning_table(args, device, dtype)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Batch order shared by every task: a seeded permutation per epoch, dealt out across ranks,
-resumable from a position {"epoch": e, "batch": b}; and padding of ragged samples."""
+resumable from a position {"epoch": e, "batch": b}; optionally grouped by length; and padding
+of ragged samples."""
 from typing import Callable, Iterator
 
 import numpy as np
@@ -29,11 +30,19 @@ class BatchOrder:
         self.rank = rank
         self.world_size = world_size
 
-    def epoch_order(self, epoch: int, samples: int) -> np.ndarray:
-        """This rank's samples for an epoch: a seeded permutation, dealt out across ranks."""
+    @property
+    def global_batch_size(self) -> int:
+        return self.batch_size * self.world_size
+
+    def global_order(self, epoch: int, samples: int) -> np.ndarray:
+        """Every rank's samples for an epoch, global batch after global batch; full ones only,
+        so every rank gets as many batches."""
         order = np.random.default_rng([self.seed, epoch]).permutation(samples)
-        usable = samples // self.world_size * self.world_size  # every rank gets as many batches
-        return order[:usable][self.rank::self.world_size]
+        return order[:samples // self.global_batch_size * self.global_batch_size]
+
+    def epoch_order(self, epoch: int, samples: int) -> np.ndarray:
+        """This rank's samples for an epoch: every world-size-th of each global batch."""
+        return self.global_order(epoch, samples)[self.rank::self.world_size]
 
     def batch_rows(self, order: np.ndarray) -> list[np.ndarray]:
         """Full batches only: a short last batch would change shapes and loss scale."""
@@ -57,3 +66,37 @@ class BatchOrder:
         rows_per_batch = self.batch_rows(self.epoch_order(0, samples))
         for rows in rows_per_batch[:count]:
             yield make_batch(rows)
+
+
+def group_by_length(order: np.ndarray, lengths: np.ndarray, batch_size: int, batches_per_group: int,
+                    rng: np.random.Generator) -> np.ndarray:
+    """`order` rearranged so that each run of batch_size samples has similar lengths, the runs in
+    random order; len(order) must be a multiple of batch_size.
+
+    Each group of batches_per_group batches is sorted by length and cut into batches, so a batch
+    draws from a random group but holds a narrow band of lengths.
+    """
+    group = batch_size * batches_per_group
+    chunks = np.split(order, range(group, len(order), group))
+    # stable: samples of equal length keep the random order they came in
+    sorted_chunks = [chunk[np.argsort(lengths[chunk], kind="stable")] for chunk in chunks]
+    batches = np.concatenate(sorted_chunks).reshape(-1, batch_size)
+    return batches[rng.permutation(len(batches))].reshape(-1)
+
+
+class LengthGroupedBatchOrder(BatchOrder):
+    """BatchOrder whose global batches hold sentences of similar length (Hugging Face's
+    group_by_length): less padding per batch, still random across the epoch."""
+
+    def __init__(self, lengths: np.ndarray, batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
+                 batches_per_group: int = 50):
+        super().__init__(batch_size, seed, rank, world_size)
+        self.lengths = lengths
+        self.batches_per_group = batches_per_group
+
+    def global_order(self, epoch: int, samples: int) -> np.ndarray:
+        """Grouped on the global batches, so every rank's share of one is as homogeneous, and
+        global batch i holds the same samples for any number of ranks at one global batch size."""
+        rng = np.random.default_rng([self.seed, epoch, 1])  # a stream apart from the permutation's
+        return group_by_length(super().global_order(epoch, samples), self.lengths, self.global_batch_size,
+                               self.batches_per_group, rng)

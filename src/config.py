@@ -104,6 +104,9 @@ class Config:
     task_type: str = "mlm"  # mlm/clm: masked/causal LM pre-training; sst2/classify: single-sentence classification
     seq_len: int = 128
     batch_size: int = 32  # per process
+    # Classification: training batches of similar-length sentences (less padding); MLM samples
+    # are all padded to seq-len, so MLM ignores it.
+    length_grouping: bool = True
     grad_accum_steps: int = 1
     val_interval: int = 100
     val_iters: int = 20  # batches per validation

@@ -38,13 +38,23 @@ def test_useful_flops_count_the_head_on_masked_slots_only():
     assert encoder_only < bench.useful_flops_per_step("small", 4) < all_positions
 
 
-def test_finetuning_benchmark_pads_ours_to_the_longest_sentence():
+def test_finetuning_benchmark_runs_both_sides_on_the_same_training_batches():
     if not (bench.ROOT / "demo" / "datasets" / "train-00000-of-00001.parquet").is_file():
         pytest.skip("needs the demo data (scripts/make_demo.py)")
-    result = bench.compare_finetuning("small", batch_size=4, steps=1, rounds=1, device=torch.device("cpu"),
+    epoch, vocab = bench.sst2_epoch(batch_size=4)
+    first = epoch[0]
+    theirs = bench.padded_to_seq_len(first, vocab.pad_id)
+    width = first["input_ids"].shape[1]
+    assert theirs["input_ids"].shape == (4, bench.SEQ_LEN)
+    assert (theirs["input_ids"][:, :width] == first["input_ids"]).all()
+    assert (theirs["input_ids"][:, width:] == vocab.pad_id).all()
+    assert theirs["attention_mask"].sum() == first["attention_mask"].sum()
+
+    result = bench.compare_finetuning("small", epoch, vocab, steps=1, rounds=2, device=torch.device("cpu"),
                                       dtype=torch.float32)
     assert result["ours"] > 0 and result["transformers"] > 0
-    assert result["ours_width"] % 8 == 0 and result["ours_width"] < bench.SEQ_LEN  # SST-2 sentences are short
+    assert result["widths"]["transformers"] == bench.SEQ_LEN
+    assert result["widths"]["ours"] < 64  # SST-2 sentences are short, and grouped by length
 
 
 def test_peak_memory_is_measured_in_a_fresh_process():

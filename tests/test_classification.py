@@ -1,5 +1,6 @@
 """Sentence classification: readers, dynamic padding, fine-tuning from MLM, submission files, scripts."""
 import shutil
+from itertools import islice
 
 import numpy as np
 import pytest
@@ -10,8 +11,9 @@ import fill_mask
 import main
 import make_demo
 import prepare_mlm_dataset
-from classification_dataset import (EncodedSentences, find_split_file, matthews_correlation, read_sentences,
-                                    read_tsv)
+from classification_dataset import (ClassificationTask, EncodedSentences, find_split_file, matthews_correlation,
+                                    read_sentences, read_tsv)
+from config import Config
 from errors import UserError
 from model import BertForSequenceClassification, ModelConfig
 from vocab import load_vocab
@@ -119,6 +121,17 @@ def test_dynamic_padding_gives_the_same_logits_as_padding_to_seq_len(base_dir):
     full_ids = torch.from_numpy(full)
     full_logits, _ = model(full_ids, attention_mask=full_ids != vocab.pad_id)
     torch.testing.assert_close(short_logits, full_logits, rtol=1e-4, atol=1e-5)
+
+
+def test_length_grouping_narrows_training_batches_and_can_be_turned_off(base_dir):
+    vocab = load_vocab(base_dir / "vocab")
+
+    def mean_width(length_grouping: bool) -> float:
+        config = Config(task_type="sst2", base_dir=str(base_dir), length_grouping=length_grouping)
+        task = ClassificationTask(config, vocab, torch.device("cpu"))
+        return np.mean([batch["input_ids"].shape[1] for _, batch in islice(task.train_batches(None), 50)])
+
+    assert mean_width(True) < 0.7 * mean_width(False)
 
 
 def test_fine_tuning_from_mlm_learns_far_above_chance(sst2_run):
