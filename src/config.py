@@ -38,6 +38,11 @@ def one_of(*choices: str) -> Rule:
     return Rule(lambda value: value in choices, "one of " + ", ".join(choices))
 
 
+# The model variants; model.py checks ModelConfig against the same tuples.
+NORMS = ("postln", "preln", "rmsnorm")
+POSITIONS = ("learned", "rope")
+FEED_FORWARDS = ("gelu", "geglu")
+
 # One table for every per-field check; fields not listed accept any value of their type.
 RULES = {
     "task_type": one_of("mlm", "clm", "sst2", "classify"),
@@ -52,9 +57,9 @@ RULES = {
     "n_layer": at_least(1),
     "d_ff": at_least(0),
     "dropout": within(0, 1, "[)"),
-    "norm": one_of("postln", "preln", "rmsnorm"),
-    "position": one_of("learned", "rope"),
-    "feed_forward": one_of("gelu", "geglu"),
+    "norm": one_of(*NORMS),
+    "position": one_of(*POSITIONS),
+    "feed_forward": one_of(*FEED_FORWARDS),
     "sentence_objective": one_of("none", "nsp", "sop"),
     "dtype": one_of("auto", "bfloat16", "float16", "float32"),
     "device": Rule(lambda value: re.fullmatch(r"auto|cpu|cuda(:\d+)?", value) is not None,

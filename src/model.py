@@ -11,11 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from config import FEED_FORWARDS, NORMS, POSITIONS
 from masking import IGNORE_INDEX
-
-NORMS = ("postln", "preln", "rmsnorm")
-POSITIONS = ("learned", "rope")
-FEED_FORWARDS = ("gelu", "geglu")
 
 
 @dataclass(frozen=True)
