@@ -407,7 +407,11 @@ class Throughput:
         self.trainer = trainer
         self.flops_per_token = flops_per_token(unwrap(run.model).config, trainer.config.seq_len,
                                                trainer.task.predictions_per_token)
-        self.peak = measure_matmul_flops(trainer.device, trainer.dtype) if trainer.rank == 0 else 1.0
+        self.peak = 1.0  # MFU is logged on rank 0 only
+        if trainer.rank == 0:  # measured once at the start: a busy machine gives a low peak, a high MFU
+            self.peak = measure_matmul_flops(trainer.device, trainer.dtype)
+            run.log(f"mfu against a {str(trainer.dtype).removeprefix('torch.')} matmul peak of "
+                    f"{self.peak / 1e12:.2f} TFLOP/s measured now")
         self.loss_sum = torch.zeros((), device=trainer.device)
         self.since, self.since_step, self.since_tokens, self.pause = time.perf_counter(), run.step, run.tokens, 0.0
 
