@@ -146,6 +146,13 @@ def test_cpu_template_is_small_and_uses_the_demo_corpus():
     assert config.val_dataset_pattern == "val_imdb_128_*.msgpack"
 
 
+def test_cpu_fine_tuning_template_matches_the_pre_training_architecture():
+    pretrain = load_config(ROOT / "etc" / "templates" / "config_cpu.ini", []).to_dict()
+    finetune = load_config(ROOT / "etc" / "templates" / "config_sst2_cpu.ini", []).to_dict()
+    architecture = ["seq-len", "d-model", "heads", "n-layer", "d-ff", "norm", "position", "feed-forward"]
+    assert {key: finetune[key] for key in architecture} == {key: pretrain[key] for key in architecture}
+
+
 def test_example_lists_every_key_at_its_default():
     lines = (ROOT / "config.ini.example").read_text(encoding="utf-8").splitlines()
     keys = {line.split("=")[0].strip() for line in lines if line and line[0].isalpha()}
