@@ -411,7 +411,7 @@ class Throughput:
         if trainer.rank == 0:  # measured once at the start: a busy machine gives a low peak, a high MFU
             self.peak = measure_matmul_flops(trainer.device, trainer.dtype)
             run.log(f"mfu against a {str(trainer.dtype).removeprefix('torch.')} matmul peak of "
-                    f"{self.peak / 1e12:.2f} TFLOP/s measured now")
+                    f"{self.peak / 1e12:.3g} TFLOP/s measured now")
         self.loss_sum = torch.zeros((), device=trainer.device)
         self.since, self.since_step, self.since_tokens, self.pause = time.perf_counter(), run.step, run.tokens, 0.0
 
