@@ -200,7 +200,7 @@ class MaskedLMTask:
             return self.pair_loss(model, batch)
         logits, loss = model(batch["input_ids"], batch["positions"], batch["labels"],
                              attention_mask=batch["attention_mask"], segment_ids=batch.get("segment_ids"))
-        return loss, self.mlm_statistics(logits, batch["labels"])
+        return loss, self.token_statistics(logits, batch["labels"])
 
     def pair_loss(self, model, batch: dict):
         logits, sentence_logits, loss = model(
@@ -209,10 +209,11 @@ class MaskedLMTask:
         labels = batch["sentence_labels"]
         sentence_hits = (sentence_logits.argmax(-1) == labels).sum()
         pairs = torch.full_like(sentence_hits, labels.numel())
-        return loss, torch.cat([self.mlm_statistics(logits, batch["labels"]), torch.stack([pairs, sentence_hits])])
+        return loss, torch.cat([self.token_statistics(logits, batch["labels"]), torch.stack([pairs, sentence_hits])])
 
     @staticmethod
-    def mlm_statistics(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def token_statistics(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """[labelled tokens, correctly predicted ones]."""
         scored = labels != IGNORE_INDEX
         hits = ((logits.argmax(-1) == labels) & scored).sum()
         return torch.stack([scored.sum(), hits])
@@ -292,9 +293,7 @@ class CausalLMTask(MaskedLMTask):
     def loss(self, model, batch: dict, training: bool, generator: torch.Generator | None = None):
         labels = self.next_tokens(batch["input_ids"])
         logits, loss = model(batch["input_ids"], labels, attention_mask=batch["attention_mask"])
-        scored = labels != IGNORE_INDEX
-        hits = ((logits.argmax(-1) == labels) & scored).sum()
-        return loss, torch.stack([scored.sum(), hits])
+        return loss, self.token_statistics(logits, labels)
 
     @torch.no_grad()
     def show_predictions(self, model, autocast) -> str:
