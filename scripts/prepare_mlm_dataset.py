@@ -25,8 +25,9 @@ import numpy as np
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+from config import RULES, SENTENCE_OBJECTIVES  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
-from sentence_pairs import OBJECTIVES, PairMaker, encode_documents, pair_sample  # noqa: E402
+from sentence_pairs import PairMaker, encode_documents, pair_sample  # noqa: E402
 from shards import SPLITS, SplitWriter  # noqa: E402
 from train_vocab import expand_inputs  # noqa: E402
 from vocab import load_vocab  # noqa: E402
@@ -80,11 +81,10 @@ def check_masking_arguments(args) -> None:
     for option, value in rule_options.items():
         if value is not None and args.masking != "static":
             raise UserError(f"{option} needs --masking static (the trainer masks unmasked shards as its config says)")
-    if args.mask_rate is not None and not 0 < args.mask_rate < 1:
-        raise UserError(f"--mask-rate {args.mask_rate}: expected a number in (0, 1)")
-    for option in ("--mask-replace-mask", "--mask-replace-random"):
-        if rule_options[option] is not None and not 0 <= rule_options[option] <= 1:
-            raise UserError(f"{option} {rule_options[option]}: expected a number in [0, 1]")
+    for option in ("--mask-rate", "--mask-replace-mask", "--mask-replace-random"):
+        rule = RULES[option.removeprefix("--").replace("-", "_")]  # the config keys' ranges
+        if rule_options[option] is not None and not rule.check(rule_options[option]):
+            raise UserError(f"{option} {rule_options[option]}: expected a number {rule.text}")
     rule = masking_rule(args)
     if rule is not None and rule.replace_with_mask + rule.replace_with_random > 1 + 1e-9:
         raise UserError(f"--mask-replace-mask {rule.replace_with_mask} plus --mask-replace-random "
@@ -257,7 +257,7 @@ def parse_args(argv=None):
     parser.add_argument("-v", "--vocab", required=True, help="directory holding vocab.txt, or the file")
     add_shared_arguments(parser)
     parser.add_argument("--chunk-mb", type=float, default=16, help="text read and tokenized at once (default 16)")
-    parser.add_argument("--pairs", choices=("none", *OBJECTIVES), default="none",
+    parser.add_argument("--pairs", choices=SENTENCE_OBJECTIVES, default="none",
                         help="none: pack words into segments (default); nsp or sop: sentence pairs labelled for "
                              "next-sentence or sentence-order prediction")
     return parser.parse_args(argv)

@@ -42,6 +42,7 @@ def one_of(*choices: str) -> Rule:
 NORMS = ("postln", "preln", "rmsnorm")
 POSITIONS = ("learned", "rope")
 FEED_FORWARDS = ("gelu", "geglu")
+SENTENCE_OBJECTIVES = ("none", "nsp", "sop")  # also what a shard's sentence pairs are labelled for
 
 # One table for every per-field check; fields not listed accept any value of their type.
 RULES = {
@@ -60,7 +61,7 @@ RULES = {
     "norm": one_of(*NORMS),
     "position": one_of(*POSITIONS),
     "feed_forward": one_of(*FEED_FORWARDS),
-    "sentence_objective": one_of("none", "nsp", "sop"),
+    "sentence_objective": one_of(*SENTENCE_OBJECTIVES),
     "dtype": one_of("auto", "bfloat16", "float16", "float32"),
     "device": Rule(lambda value: re.fullmatch(r"auto|cpu|cuda(:\d+)?", value) is not None,
                    "auto, cpu, cuda or cuda:N"),

@@ -11,9 +11,10 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from config import SENTENCE_OBJECTIVES
 from shards import SPLITS, assign_splits
 
-OBJECTIVES = ("nsp", "sop")
+OBJECTIVES = SENTENCE_OBJECTIVES[1:]  # nsp, sop: "none" makes no pairs
 IS_NEXT, RANDOM_NEXT = 0, 1  # NSP labels, as transformers' next_sentence_label
 IN_ORDER, SWAPPED = 0, 1  # SOP labels
 SHORT_TARGET_PROBABILITY = 0.1  # BERT's short_seq_prob: some samples shorter than seq-len

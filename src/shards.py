@@ -15,6 +15,7 @@ from typing import Iterator, NamedTuple
 import msgpack
 import numpy as np
 
+from config import SENTENCE_OBJECTIVES
 from errors import UserError
 
 SHARD_FORMAT = "bert-mlm-shard"
@@ -25,7 +26,6 @@ SAMPLES_PER_BLOCK = 4096
 TOKENS_PER_STREAM_BLOCK = 1 << 20
 SPLITS = ("train", "val", "test")
 SPLIT_SHARES = (0.8, 0.1, 0.1)
-PAIRS = ("none", "nsp", "sop")  # sentence pairs: none, or labelled for next-sentence / sentence-order prediction
 DTYPES = {"uint16": np.uint16, "int32": np.int32}
 GZIP_MAGIC = b"\x1f\x8b"
 COMPRESS_LEVEL = 6  # zlib's default: level 9 is much slower for a few percent
@@ -539,7 +539,7 @@ def _validate_shard_header(path, header) -> None:
                          f"version {FORMAT_VERSION}")
     if header.get("dtype") not in DTYPES or header.get("masking") not in ("static", "none"):
         raise corrupt(path, f"dtype {header.get('dtype')!r}, masking {header.get('masking')!r}")
-    if header.get("pairs", "none") not in PAIRS:
+    if header.get("pairs", "none") not in SENTENCE_OBJECTIVES:
         raise corrupt(path, f"pairs {header.get('pairs')!r}")
     for field in ("samples", "tokens", "seq_len"):
         if not isinstance(header.get(field), int) or header[field] < 0:
