@@ -19,6 +19,7 @@ longest sentence, theirs to 128 as run_glue does. Peak memory is measured in a f
 subprocess per side and size (peak RSS growth on CPU, max_memory_allocated on CUDA).
 """
 import argparse
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -67,47 +68,57 @@ def collator_masking(ids: torch.Tensor, generator: torch.Generator):
     return inputs, labels
 
 
-class Ours:
-    name = "ours"
+def mlm_config(size: str) -> ModelConfig:
+    layers, width, heads = SIZES[size]
+    return ModelConfig(vocab_size=VOCAB_SIZE, max_len=SEQ_LEN, d_model=width, heads=heads, n_layer=layers,
+                       d_ff=4 * width)
 
-    def __init__(self, layers, width, heads, device, dtype):
-        config = ModelConfig(vocab_size=VOCAB_SIZE, max_len=SEQ_LEN, d_model=width, heads=heads, n_layer=layers,
-                             d_ff=4 * width, dropout=0.1)
-        self.model = BertForMaskedLM(config).to(device)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=True)
+
+class TrainingStep:
+    """One side of a comparison: a model and its optimizer; step() runs the loss (a subclass's)
+    under autocast, backward and the optimizer step."""
+
+    def __init__(self, model, fused_adamw: bool, device, dtype):
+        self.model = model.to(device)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=fused_adamw or None)
         self.device, self.dtype = device, dtype
-        self.generator = torch.Generator(device=device).manual_seed(0)
 
-    def step(self, ids):
-        inputs, positions, labels = mask_tokens(ids, SPECIAL_IDS, MASK_ID, VOCAB_SIZE, MaskingRule(), self.generator)
+    def step(self, batch):
         with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
-            _, loss = self.model(inputs, positions, labels)
+            loss = self.loss(batch)
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
 
-class Theirs:
+class Ours(TrainingStep):
+    name = "ours"
+
+    def __init__(self, size, device, dtype):
+        super().__init__(BertForMaskedLM(mlm_config(size)), True, device, dtype)
+        self.generator = torch.Generator(device=device).manual_seed(0)
+
+    def loss(self, ids):
+        inputs, positions, labels = mask_tokens(ids, SPECIAL_IDS, MASK_ID, VOCAB_SIZE, MaskingRule(), self.generator)
+        return self.model(inputs, positions, labels)[1]
+
+
+class Theirs(TrainingStep):
     name = "transformers"
 
-    def __init__(self, layers, width, heads, device, dtype):
+    def __init__(self, size, device, dtype):
         from transformers import BertConfig
         from transformers import BertForMaskedLM as HuggingFaceBert
+        layers, width, heads = SIZES[size]
         config = BertConfig(vocab_size=VOCAB_SIZE, hidden_size=width, num_hidden_layers=layers,
                             num_attention_heads=heads, intermediate_size=4 * width,
                             max_position_embeddings=SEQ_LEN, attn_implementation="sdpa")
-        self.model = HuggingFaceBert(config).to(device)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
-        self.device, self.dtype = device, dtype
+        super().__init__(HuggingFaceBert(config), False, device, dtype)
         self.generator = torch.Generator().manual_seed(0)
 
-    def step(self, ids):
+    def loss(self, ids):
         inputs, labels = collator_masking(ids.cpu(), self.generator)
-        with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
-            loss = self.model(input_ids=inputs.to(self.device), labels=labels.to(self.device)).loss
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        return self.model(input_ids=inputs.to(self.device), labels=labels.to(self.device)).loss
 
 
 def seconds_for_batches(runner, batches: list, device) -> float:
@@ -125,9 +136,8 @@ def seconds_per_step(runner, ids, steps: int, device) -> float:
 
 
 def compare(size: str, batch_size: int, steps: int, rounds: int, device, dtype) -> dict:
-    layers, width, heads = SIZES[size]
     ids = real_batch(batch_size).to(device)
-    runners = [Ours(layers, width, heads, device, dtype), Theirs(layers, width, heads, device, dtype)]
+    runners = [Ours(size, device, dtype), Theirs(size, device, dtype)]
     for runner in runners:
         seconds_per_step(runner, ids, 2, device)  # warm-up: allocator, kernels, optimizer state
     timings = {runner.name: [] for runner in runners}
@@ -136,12 +146,6 @@ def compare(size: str, batch_size: int, steps: int, rounds: int, device, dtype) 
             timings[runner.name].append(seconds_per_step(runner, ids, steps, device))
     tokens = batch_size * SEQ_LEN
     return {name: tokens / statistics.median(times) for name, times in timings.items()}
-
-
-def mlm_config(size: str) -> ModelConfig:
-    layers, width, heads = SIZES[size]
-    return ModelConfig(vocab_size=VOCAB_SIZE, max_len=SEQ_LEN, d_model=width, heads=heads, n_layer=layers,
-                       d_ff=4 * width)
 
 
 def useful_flops_per_step(size: str, batch_size: int) -> float:
@@ -177,26 +181,18 @@ def padded_to_seq_len(batch: dict, pad_id: int) -> dict:
             "attention_mask": np.pad(batch["attention_mask"], extra).astype(np.int64), "labels": batch["labels"]}
 
 
-class OursClassifier:
+class OursClassifier(TrainingStep):
     name = "ours"
 
     def __init__(self, size, vocab, device, dtype):
-        layers, width, heads = SIZES[size]
-        config = ModelConfig(vocab_size=vocab.size, max_len=SEQ_LEN, d_model=width, heads=heads, n_layer=layers,
-                             d_ff=4 * width, dropout=0.1, pad_id=vocab.pad_id, num_labels=2)
-        self.model = BertForSequenceClassification(config).to(device)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=True)
-        self.device, self.dtype = device, dtype
+        config = dataclasses.replace(mlm_config(size), vocab_size=vocab.size, pad_id=vocab.pad_id, num_labels=2)
+        super().__init__(BertForSequenceClassification(config), True, device, dtype)
 
-    def step(self, batch):
-        with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
-            _, loss = self.model(batch["input_ids"], batch["labels"], attention_mask=batch["attention_mask"])
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+    def loss(self, batch):
+        return self.model(batch["input_ids"], batch["labels"], attention_mask=batch["attention_mask"])[1]
 
 
-class TheirsClassifier:
+class TheirsClassifier(TrainingStep):
     name = "transformers"
 
     def __init__(self, size, vocab, device, dtype):
@@ -206,17 +202,11 @@ class TheirsClassifier:
         config = BertConfig(vocab_size=vocab.size, hidden_size=width, num_hidden_layers=layers,
                             num_attention_heads=heads, intermediate_size=4 * width, pad_token_id=vocab.pad_id,
                             max_position_embeddings=SEQ_LEN, num_labels=2, attn_implementation="sdpa")
-        self.model = HuggingFaceClassifier(config).to(device)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
-        self.device, self.dtype = device, dtype
+        super().__init__(HuggingFaceClassifier(config), False, device, dtype)
 
-    def step(self, batch):
-        with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
-            loss = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                              labels=batch["labels"]).loss
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+    def loss(self, batch):
+        return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                          labels=batch["labels"]).loss
 
 
 def warm_up_batches(batches: list[dict]) -> list[dict]:
@@ -258,14 +248,13 @@ def measure_memory(side: str, size: str, batch_size: int, steps: int, device) ->
     import transformers  # noqa: F401  imported before the baseline by both sides alike
     dtype = select_dtype("auto", device)
     ids = real_batch(batch_size).to(device)
-    layers, width, heads = SIZES[size]
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
     else:
         before = peak_rss_bytes()
-    runner = (Ours if side == "ours" else Theirs)(layers, width, heads, device, dtype)
+    runner = (Ours if side == "ours" else Theirs)(size, device, dtype)
     for _ in range(steps):
         runner.step(ids)
     if device.type == "cuda":
