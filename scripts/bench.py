@@ -368,7 +368,8 @@ def main(argv=None):
     peaks = {name: measure_matmul_flops(device, peak_dtype) for name, peak_dtype in
              (("bf16", torch.bfloat16), ("fp32", torch.float32))}
     print(f"device {device}, {torch.get_num_threads()} threads, autocast {str(dtype).removeprefix('torch.')}, "
-          f"batch {args.batch_size} x {SEQ_LEN}, vocab {VOCAB_SIZE}, median of {args.rounds} rounds of {args.steps} steps")
+          f"batch {args.batch_size} x {SEQ_LEN}, vocab {VOCAB_SIZE}, "
+          f"median of {args.rounds} rounds of {args.steps} steps")
     print(f"measured matmul peak (1024^3): bf16 {peaks['bf16'] / 1e9:,.1f} GFLOP/s, "
           f"fp32 {peaks['fp32'] / 1e9:,.1f} GFLOP/s")
     if args.sizes:

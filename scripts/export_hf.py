@@ -76,7 +76,7 @@ def export(checkpoint_path: Path, out_dir: Path):
     files = {"config.json": json.dumps(hf_config(checkpoint), indent=2) + "\n",
              **tokenizer_files(Vocab(tuple(checkpoint["vocab"])), checkpoint["model_config"]["max_len"])}
     for name, text in files.items():
-        atomic_write(out_dir / name, lambda temp: temp.write_text(text, encoding="utf-8"))
+        atomic_write(out_dir / name, lambda temp, text=text: temp.write_text(text, encoding="utf-8"))
     return sorted(os.listdir(out_dir))
 
 

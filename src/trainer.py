@@ -577,7 +577,8 @@ class Trainer:
         model = run.compiled.module if isinstance(run.compiled, DistributedDataParallel) else run.compiled
         metrics = evaluate(model, task, task.eval_batches("val", self.config.val_iters), self.autocast)
         run.log(f"step {run.step} | " + " | ".join(f"val {name} {value:.4f}" for name, value in metrics.items()))
-        run.log.scalars(run.step, {f"val/{name}": value for name, value in metrics.items()} | {"val/tokens": run.tokens})
+        scalars = {f"val/{name}": value for name, value in metrics.items()} | {"val/tokens": run.tokens}
+        run.log.scalars(run.step, scalars)
         if self.rank == 0:
             run.log(task.show_predictions(model, self.autocast))
         score = metrics[task.best_metric]

@@ -225,7 +225,8 @@ def test_cross_field_errors_name_the_file(tmp_path):
 def test_variant_keys(tmp_path):
     assert load_config(write_config(tmp_path, "d-model = 128\nfeed-forward = geglu\n"), []).feed_forward_size == 344
     assert load_config(write_config(tmp_path, "d-model = 128\n"), []).feed_forward_size == 512
-    assert load_error(tmp_path, "norm = layernorm\n").endswith("norm = 'layernorm': expected one of postln, preln, rmsnorm")
+    assert load_error(tmp_path, "norm = layernorm\n").endswith(
+        "norm = 'layernorm': expected one of postln, preln, rmsnorm")
     assert load_error(tmp_path, "d-model = 96\nheads = 32\nposition = rope\n").endswith(
         "position = rope needs an even head width, but d-model / heads = 96 / 32 is odd")
 

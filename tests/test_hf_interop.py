@@ -92,7 +92,8 @@ def test_imported_mlm_matches_transformers_and_round_trips(vocab_dir, tmp_path, 
     assert load_checkpoint(tmp_path / "ours.pt")["optimizer"] is None  # a starting point, not a run to resume
 
     export_hf.export(tmp_path / "ours.pt", tmp_path / "back")
-    original, returned = load_file(tmp_path / "hf" / "model.safetensors"), load_file(tmp_path / "back" / "model.safetensors")
+    original = load_file(tmp_path / "hf" / "model.safetensors")
+    returned = load_file(tmp_path / "back" / "model.safetensors")
     assert set(returned) <= set(original)
     assert set(original) - set(returned) <= set(THEIR_TIED)  # transformers ties these again on load
     for name, tensor in returned.items():

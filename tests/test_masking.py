@@ -158,15 +158,15 @@ def test_whole_word_masking_picks_whole_words_at_the_mask_rate(review_batch, voc
     assert not picked[~maskable].any()
     assert positions.shape == (len(ids), predictions_per_sequence(128, mask_rate))
     assert (picked.sum(1) <= torch.round(maskable.sum(1) * mask_rate)).all()
-    assert picked.sum() / maskable.sum() == pytest.approx(mask_rate, abs=0.01)
+    assert (picked.sum() / maskable.sum()).item() == pytest.approx(mask_rate, abs=0.01)
     # Words of several pieces are picked as often as short ones: `##` pieces keep their share.
-    continuation_share = is_continuation[ids][maskable].float().mean()
-    assert is_continuation[ids][picked].float().mean() == pytest.approx(continuation_share, abs=0.03)
+    continuation_share = is_continuation[ids][maskable].float().mean().item()
+    assert is_continuation[ids][picked].float().mean().item() == pytest.approx(continuation_share, abs=0.03)
 
     used = labels != IGNORE_INDEX
     assert torch.equal(ids.gather(1, positions)[used], labels[used])
     assert torch.equal(inputs[~picked], ids[~picked])
-    share_mask = (inputs.gather(1, positions)[used] == vocab.mask_id).float().mean()
+    share_mask = (inputs.gather(1, positions)[used] == vocab.mask_id).float().mean().item()
     assert share_mask == pytest.approx(0.8, abs=0.02)  # decided per piece, as Google's BERT does
 
 

@@ -15,7 +15,7 @@ import prepare_mlm_dataset
 import trainer
 from conftest import MLM_SEQ_LEN, make_mlm_workdir, prepare_mlm_base_dir
 from mlm_dataset import make_batch
-from sentence_pairs import (PairMaker, encode_documents, pair_sample, segment_ids, split_sentences,
+from sentence_pairs import (PairMaker, encode_documents, pair_sample, split_sentences,
                             truncate_pair)
 from shards import SPLITS, ShardError, assign_splits, read_shard
 from test_trainer import load, scalars

@@ -225,7 +225,8 @@ def test_second_run_gets_its_own_directory(mlm_workdir, skip_flops_measurement):
     assert Path("runs/run0/logs/log.txt").read_text(encoding="utf-8") == first_log
     assert Path("runs/run0/checkpoints/checkpoint.pt").read_bytes() == first_checkpoint
     assert load(Path("runs/run1/checkpoints/checkpoint.pt"))["step"] == 3
-    assert f"run directory: {Path('runs/run1').absolute()}" in Path("runs/run1/logs/log.txt").read_text(encoding="utf-8")
+    log = Path("runs/run1/logs/log.txt").read_text(encoding="utf-8")
+    assert f"run directory: {Path('runs/run1').absolute()}" in log
 
 
 # ----------------------------------------------------------------------------- stopping
