@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 from masking import IGNORE_INDEX, MaskingRule, mask_tokens, predictions_per_sequence  # noqa: E402
 from model import BertForMaskedLM, BertForSequenceClassification, ModelConfig, flops_per_token  # noqa: E402
-from trainer import measure_matmul_flops, select_device, select_dtype  # noqa: E402
+from hardware import measure_matmul_flops, select_device, select_dtype  # noqa: E402
 
 SIZES = {"small": (2, 128, 2), "medium": (4, 256, 4), "original": (6, 768, 12)}  # layers, width, heads
 VOCAB_SIZE, SEQ_LEN, SPECIAL_IDS, MASK_ID = 30522, 128, torch.tensor([0, 100, 101, 102, 103]), 103
@@ -160,7 +160,7 @@ def useful_flops_per_step(size: str, batch_size: int) -> float:
 def sst2_epoch(batch_size: int):
     """One epoch of real SST-2 training batches (numpy), as the trainer draws them with the default
     config (length-grouped, padded to each batch's longest), and the vocabulary."""
-    from classification_dataset import ClassificationTask
+    from classification_task import ClassificationTask
     from config import Config
     from vocab import load_vocab
     demo = ROOT / "demo"

@@ -12,12 +12,13 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from classification_dataset import HIDDEN_LABEL, EncodedSentences, Sentences  # noqa: E402
+from checkpoint import restore_model  # noqa: E402
+from classification_task import HIDDEN_LABEL, EncodedSentences, Sentences  # noqa: E402
+from config import CLASSIFICATION_TASKS  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from model import BertForSequenceClassification  # noqa: E402
-from trainer import restore_model  # noqa: E402
 
-CLASSIFIERS = {"sst2": BertForSequenceClassification, "classify": BertForSequenceClassification}
+CLASSIFIERS = {task: BertForSequenceClassification for task in CLASSIFICATION_TASKS}
 
 
 @torch.no_grad()

@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from config import INI_KEYS, ini_text, load_config  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
-from trainer import atomic_write  # noqa: E402
+from atomic import atomic_write  # noqa: E402
 
 PROCESSES_KEY = "processes"
 GROUP_KEYS = [*INI_KEYS.values(), PROCESSES_KEY]

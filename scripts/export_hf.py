@@ -17,13 +17,14 @@ from pathlib import Path
 from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+import checkpoint as checkpoints  # noqa: E402
+from atomic import atomic_write  # noqa: E402
+from config import CLASSIFICATION_TASKS  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from hf_weights import to_hf  # noqa: E402
-from trainer import atomic_write, load_checkpoint  # noqa: E402
 from vocab import Vocab  # noqa: E402
 
-ARCHITECTURES = {"mlm": "BertForMaskedLM", "sst2": "BertForSequenceClassification",
-                 "classify": "BertForSequenceClassification"}
+ARCHITECTURES = {"mlm": "BertForMaskedLM"} | {task: "BertForSequenceClassification" for task in CLASSIFICATION_TASKS}
 # Model settings transformers' BERT cannot express, with the value BERT has.
 BERT_ONLY = {"norm": "postln", "position": "learned", "feed_forward": "gelu"}
 
@@ -65,7 +66,7 @@ def tokenizer_files(vocab: Vocab, max_len: int) -> dict[str, str]:
 
 
 def export(checkpoint_path: Path, out_dir: Path):
-    checkpoint = load_checkpoint(checkpoint_path)
+    checkpoint = checkpoints.load(checkpoint_path)
     check_exportable(checkpoint_path, checkpoint)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -11,18 +11,17 @@ start fresh when training begins, and the log says so.
 import argparse
 import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+import checkpoint as checkpoints  # noqa: E402
 from config import Config  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from hf_weights import from_hf  # noqa: E402
 from model import BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, ModelConfig  # noqa: E402
-from trainer import CHECKPOINT_FORMAT, save_checkpoint  # noqa: E402
 from vocab import load_vocab  # noqa: E402
 
 
@@ -88,11 +87,8 @@ def convert(directory: Path, output: Path) -> dict:
                                 n_layer=architecture.n_layer, d_ff=architecture.d_ff,
                                 num_labels=architecture.num_labels, dropout=architecture.dropout,
                                 sentence_objective="nsp" if architecture.sentence_classes else "none")
-    checkpoint = {"format": CHECKPOINT_FORMAT, "task": task, "step": 0, "model": weights, "optimizer": None,
-                  "config": settings.to_dict(), "model_config": asdict(architecture),
-                  "vocab_checksum": vocab.checksum, "vocab": list(vocab.tokens), "data_position": None,
-                  "rng": None, "best": None, "imported_from": str(directory)}
-    save_checkpoint(output, checkpoint)
+    checkpoints.save(output, checkpoints.make_state(task=task, weights=weights, model_config=architecture, vocab=vocab,
+                                                    config=settings.to_dict(), imported_from=str(directory)))
     return {"task": task, "unused": unused, "fresh": [name for name in missing if not name.startswith("encoder.")]}
 
 

@@ -1,6 +1,7 @@
 """Training settings: one typed, validated Config read from an INI file plus `--key value` overrides.
 
-The INI dialect is the original project's: `key = value` or `key: value`, `#` comments, `45_000`.
+The INI dialect: `key = value` or `key: value`, `#` comments, `45_000`; the config files of the
+BERT project this program replaces load unchanged.
 """
 import difflib
 import math
@@ -38,6 +39,9 @@ def one_of(*choices: str) -> Rule:
     return Rule(lambda value: value in choices, "one of " + ", ".join(choices))
 
 
+# The tasks; main.py maps each name to its task class.
+CLASSIFICATION_TASKS = ("sst2", "classify")
+TASK_TYPES = ("mlm", "clm", *CLASSIFICATION_TASKS)
 # The model variants; model.py checks ModelConfig against the same tuples.
 NORMS = ("postln", "preln", "rmsnorm")
 POSITIONS = ("learned", "rope")
@@ -46,7 +50,7 @@ SENTENCE_OBJECTIVES = ("none", "nsp", "sop")  # also what a shard's sentence pai
 
 # One table for every per-field check; fields not listed accept any value of their type.
 RULES = {
-    "task_type": one_of("mlm", "clm", "sst2", "classify"),
+    "task_type": one_of(*TASK_TYPES),
     "seq_len": within(16, 2048),
     "batch_size": at_least(1),
     "grad_accum_steps": at_least(1),
@@ -85,22 +89,35 @@ RULES = {
     "max_checkpoints": at_least(1),
 }
 
-# Checks between fields, run after the per-field ones; messages are formatted with the values.
+
+def attention_shape_problem(d_model: int, heads: int, position: str) -> str | None:
+    """What is wrong with an attention shape, in INI keys, or None; model.py checks ModelConfig with it too."""
+    if d_model % heads:
+        return f"d-model = {d_model} is not divisible by heads = {heads}"
+    if position == "rope" and d_model // heads % 2:
+        return f"position = rope needs an even head width, but d-model / heads = {d_model} / {heads} is odd"
+    return None
+
+
+def replacement_shares_problem(replace_mask: float, replace_random: float) -> str | None:
+    """The shares of picked tokens shown as [MASK] and as a random token must leave room for the rest."""
+    if replace_mask + replace_random > 1 + 1e-9:  # 0.7 + 0.3 may round up
+        return f"mask-replace-mask = {replace_mask} plus mask-replace-random = {replace_random} exceed 1"
+    return None
+
+
+# Checks between fields, run after the per-field ones: each gives a message, or None when it holds.
 CROSS_FIELD_RULES = (
-    (lambda v: v["d_model"] % v["heads"] == 0,
-     "d-model = {d_model} is not divisible by heads = {heads}"),
-    (lambda v: v["position"] != "rope" or v["d_model"] // v["heads"] % 2 == 0,
-     "position = rope needs an even head width, but d-model / heads = {d_model} / {heads} is odd"),
-    (lambda v: v["masking"] == "dynamic" or v["task_type"] == "mlm",
-     "masking = static goes with task-type = mlm, not {task_type}"),
-    (lambda v: v["sentence_objective"] == "none" or v["task_type"] == "mlm",
-     "sentence-objective = {sentence_objective} goes with task-type = mlm, not {task_type}"),
-    (lambda v: v["min_learning_rate"] <= v["learning_rate"],
-     "min-learning-rate = {min_learning_rate} is above learning-rate = {learning_rate}"),
-    (lambda v: v["lr_decay_iters"] >= v["warmup_iters"],
-     "lr-decay-iters = {lr_decay_iters} is below warmup-iters = {warmup_iters}"),
-    (lambda v: v["mask_replace_mask"] + v["mask_replace_random"] <= 1 + 1e-9,  # 0.7 + 0.3 may round up
-     "mask-replace-mask = {mask_replace_mask} plus mask-replace-random = {mask_replace_random} exceed 1"),
+    lambda v: attention_shape_problem(v["d_model"], v["heads"], v["position"]),
+    lambda v: replacement_shares_problem(v["mask_replace_mask"], v["mask_replace_random"]),
+    lambda v: None if v["masking"] == "dynamic" or v["task_type"] == "mlm" else
+    f"masking = static goes with task-type = mlm, not {v['task_type']}",
+    lambda v: None if v["sentence_objective"] == "none" or v["task_type"] == "mlm" else
+    f"sentence-objective = {v['sentence_objective']} goes with task-type = mlm, not {v['task_type']}",
+    lambda v: None if v["min_learning_rate"] <= v["learning_rate"] else
+    f"min-learning-rate = {v['min_learning_rate']} is above learning-rate = {v['learning_rate']}",
+    lambda v: None if v["lr_decay_iters"] >= v["warmup_iters"] else
+    f"lr-decay-iters = {v['lr_decay_iters']} is below warmup-iters = {v['warmup_iters']}",
 )
 
 
@@ -146,7 +163,7 @@ class Config:
     mask_replace_mask: float = 0.8  # share of the picked tokens shown as [MASK]
     mask_replace_random: float = 0.1  # shown as a random token; the rest stay unchanged
     seed: int = 1337
-    # Legacy key of the original project, where `case = dickens` selected MLM pre-training.
+    # A legacy key: `case = dickens` selected MLM pre-training in the project this one replaces.
     # Accepted so old files load, otherwise ignored: task_type decides what runs.
     case: str = ""
     base_dir: str = "."
@@ -344,9 +361,10 @@ def validate(values: dict[str, Any], origins: dict[str, str], source: str) -> No
             expected = rule.text if kind is str else f"{TYPE_NOUNS[kind]} {rule.text}"
             where = located(origins.get(name, source), name, values[name])
             raise UserError(f"{where}: expected {expected}")
-    for holds, message in CROSS_FIELD_RULES:
-        if not holds(values):
-            raise UserError(f"{source}: {message.format(**values)}")
+    for rule in CROSS_FIELD_RULES:
+        problem = rule(values)
+        if problem:
+            raise UserError(f"{source}: {problem}")
 
 
 def located(origin: str, name: str, value: Any) -> str:

@@ -15,13 +15,15 @@ from pathlib import Path
 import torch
 
 import distributed
-from classification_dataset import ClassificationTask
+from classification_task import ClassificationTask
 from config import Config, load_config
 from errors import UserError, exit_on_user_error
-from mlm_dataset import CausalLMTask, MaskedLMTask
-from trainer import Trainer, select_device
+from hardware import select_device
+from mlm_task import CausalLMTask, MaskedLMTask
+from trainer import Trainer
 from vocab import load_vocab
 
+# config.TASK_TYPES names them; the trainer knows a task only through trainer.Task.
 TASKS = {"mlm": MaskedLMTask, "clm": CausalLMTask, "sst2": ClassificationTask, "classify": ClassificationTask}
 
 
@@ -39,8 +41,6 @@ def parse_args(argv):
 
 
 def make_task(config: Config, rank: int = 0, world_size: int = 1):
-    if config.task_type not in TASKS:
-        raise UserError(f"task-type = {config.task_type}: this version trains {', '.join(TASKS)}")
     vocab = load_vocab(config.vocab_path)
     device = select_device(config.device)
     return TASKS[config.task_type](config, vocab, device, rank, world_size)

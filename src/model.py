@@ -4,6 +4,7 @@ BERT as published is the default: learned positions, post-LayerNorm layers, GELU
 ModelConfig switches each part: norm (preln, rmsnorm), position (rope), feed_forward (geglu),
 causal attention (for causal LM). Then the models: BertForMaskedLM, BertForPreTraining (MLM +
 a next-sentence or sentence-order head), BertForCausalLM, BertForSequenceClassification.
+model_config() builds a ModelConfig from the run's Config in one step.
 """
 from dataclasses import dataclass
 
@@ -11,7 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from config import FEED_FORWARDS, NORMS, POSITIONS
+from config import FEED_FORWARDS, NORMS, POSITIONS, Config, attention_shape_problem
+from errors import UserError
 from masking import IGNORE_INDEX
 
 
@@ -35,17 +37,29 @@ class ModelConfig:
     sentence_classes: int = 0  # BertForPreTraining: 2 for next-sentence or sentence-order prediction
 
     def __post_init__(self):
-        if self.d_model % self.heads:
-            raise ValueError(f"d_model {self.d_model} is not divisible by heads {self.heads}")
         for name, choices in (("norm", NORMS), ("position", POSITIONS), ("feed_forward", FEED_FORWARDS)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} {getattr(self, name)!r} is not one of {choices}")
-        if self.position == "rope" and (self.d_model // self.heads) % 2:
-            raise ValueError(f"rope needs an even head width, not {self.d_model // self.heads}")
+        problem = attention_shape_problem(self.d_model, self.heads, self.position)
+        if problem:
+            raise ValueError(problem)
 
     @property
     def pre_norm(self) -> bool:
         return self.norm != "postln"
+
+
+def model_config(config: Config, vocab, max_len: int | None = None) -> ModelConfig:
+    """The model a run's config and vocabulary describe. max_len, the size of the position
+    table, is seq-len unless a checkpoint brings a larger one (bert-base has 512)."""
+    if max_len is not None and config.seq_len > max_len:
+        raise UserError(f"seq-len = {config.seq_len}: the checkpoint's model has positions for {max_len} tokens")
+    return ModelConfig(vocab_size=vocab.size, max_len=max_len or config.seq_len, d_model=config.d_model,
+                       heads=config.heads, n_layer=config.n_layer, d_ff=config.feed_forward_size,
+                       dropout=config.dropout, pad_id=vocab.pad_id, num_labels=config.num_labels,
+                       norm=config.norm, position=config.position, feed_forward=config.feed_forward,
+                       causal=config.task_type == "clm",
+                       sentence_classes=0 if config.sentence_objective == "none" else 2)
 
 
 def make_norm(config: ModelConfig) -> nn.Module:

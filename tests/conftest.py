@@ -163,14 +163,14 @@ def mlm_trained_run(mlm_base_dir, tmp_path_factory) -> Path:
     """A finished 40-step run: a base directory with runs/run0 (validation every 5 steps, 3 checkpoints kept)."""
     import signal
     import main
-    import trainer
+    import hardware
     directory = make_mlm_workdir(mlm_base_dir, tmp_path_factory.mktemp("trained") / "work",
                                  max_iters=40, lr_decay_iters=40, val_interval=5, max_checkpoints=3)
     saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         with pytest.MonkeyPatch.context() as patch:
             # The MFU denominator costs seconds of large matmuls; its exact value is not tested.
-            patch.setattr(trainer, "measure_matmul_flops", lambda device, dtype: 1e12)
+            patch.setattr(hardware, "measure_matmul_flops", lambda device, dtype: 1e12)
             patch.chdir(directory)
             main.main([])
     finally:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from batching import BatchOrder, LengthGroupedBatchOrder, group_by_length
-from classification_dataset import EncodedSentences, Sentences
+from classification_task import EncodedSentences, Sentences
 from vocab import load_vocab
 
 

@@ -11,7 +11,7 @@ import fill_mask
 import main
 import make_demo
 import prepare_mlm_dataset
-from classification_dataset import (ClassificationTask, EncodedSentences, find_split_file, matthews_correlation,
+from classification_task import (ClassificationTask, EncodedSentences, find_split_file, matthews_correlation,
                                     read_sentences, read_tsv)
 from config import Config
 from errors import UserError
@@ -149,7 +149,7 @@ def test_fine_tuning_from_mlm_learns_far_above_chance(sst2_run):
 def test_checkpoint_of_another_architecture_is_refused(base_dir, mlm_checkpoint, monkeypatch):
     monkeypatch.chdir(base_dir)
     config = main.load_config(None, ["--task-type", "sst2", "--d-model", "128"])
-    with pytest.raises(UserError, match="d_model is 64 in the checkpoint but 128"):
+    with pytest.raises(UserError, match="d-model = 64 in the checkpoint but 128"):
         main.run(config, mlm_checkpoint, False)
 
 

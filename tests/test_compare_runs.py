@@ -12,7 +12,7 @@ from scipy.stats import ttest_ind
 
 import compare_runs
 import main
-import trainer
+import hardware
 from test_trainer import scalars
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,7 +33,7 @@ def runs(mlm_workdir_factory, tmp_path_factory) -> dict[str, Path]:
     saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(trainer, "measure_matmul_flops", lambda device, dtype: 1e12)  # not tested here
+            patch.setattr(hardware, "measure_matmul_flops", lambda device, dtype: 1e12)  # not tested here
             patch.chdir(directory)
             for name, overrides in plans.items():
                 if name == "dead":

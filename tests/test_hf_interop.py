@@ -14,7 +14,7 @@ import make_demo
 from errors import UserError
 from hf_weights import THEIR_TIED
 from model import BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, ModelConfig
-from trainer import load_checkpoint, restore_model
+from checkpoint import load as load_checkpoint, restore_model
 
 SENTENCES = ["The acting is superb, and the score lifts every scene.",
              "a dull , lifeless script that never finds its footing ."]

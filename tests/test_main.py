@@ -21,7 +21,7 @@ PROCESS_ERRORS = {
     "no matching shard": (["--dataset-pattern", "train_nothing_*.msgpack"],
                           "no shard file matches train_nothing_*.msgpack"),
     "other architecture": (["--cp", "{checkpoint}", "--d-model", "128"],
-                           "d_model is 64 in the checkpoint but 128"),
+                           "d-model = 64 in the checkpoint but 128"),
     "other vocabulary": (["--cp", "{checkpoint}", "--vocab", "{workdir}/other_vocab.txt"], "another vocabulary"),
     "corrupt checkpoint": (["--cp", "{workdir}/corrupt.pt"], "corrupt.pt: not a readable checkpoint"),
 }
@@ -33,7 +33,7 @@ IN_PROCESS_ERRORS = {
     "foreign checkpoint": (["--cp", "{workdir}/foreign.pt"], "foreign.pt: not a checkpoint of this program"),
     "--test without --cp": (["--test"], "--test needs a checkpoint"),
     "checkpoint with fewer layers": (["--cp", "{checkpoint}", "--n-layer", "3"],
-                                     "n_layer is 2 in the checkpoint but 3"),
+                                     "n-layer = 2 in the checkpoint but 3"),
 }
 
 

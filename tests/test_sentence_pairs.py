@@ -12,9 +12,9 @@ import fill_mask
 import main
 import make_demo
 import prepare_mlm_dataset
-import trainer
+import hardware
 from conftest import MLM_SEQ_LEN, make_mlm_workdir, prepare_mlm_base_dir
-from mlm_dataset import make_batch
+from mlm_task import make_batch
 from sentence_pairs import (PairMaker, encode_documents, pair_sample, split_sentences,
                             truncate_pair)
 from shards import SPLITS, ShardError, assign_splits, read_shard
@@ -252,7 +252,7 @@ def nsp_base_dir(imdb_corpus, vocab_dir, rotten_tomatoes, tmp_path_factory):
 
 @pytest.fixture
 def nsp_workdir(nsp_base_dir, tmp_path, monkeypatch, keep_signal_handlers):
-    monkeypatch.setattr(trainer, "measure_matmul_flops", lambda device, dtype: 1e12)
+    monkeypatch.setattr(hardware, "measure_matmul_flops", lambda device, dtype: 1e12)
     directory = make_mlm_workdir(nsp_base_dir, tmp_path / "work", sentence_objective="nsp", max_iters=40,
                                  lr_decay_iters=40)
     monkeypatch.chdir(directory)

@@ -17,15 +17,15 @@ import pytest
 import torch
 
 import main
-import trainer
+import hardware
 from config import Config
-from mlm_dataset import MaskedLMTask
+from mlm_task import MaskedLMTask
 from shards import read_shard
-from trainer import cosine_lr
+from optimizer import cosine_lr
 from vocab import load_vocab
 
 ROOT = Path(__file__).resolve().parent.parent
-CHECKPOINT_KEYS = {"model", "optimizer", "config", "step", "data_position", "rng", "best"}
+CHECKPOINT_KEYS = {"model", "optimizer", "config", "step", "data_position", "rng_per_rank", "best"}
 SCALAR_TAGS = {"train/loss", "train/lr", "train/tokens", "train/tokens_per_sec", "train/mfu",
                "val/loss", "val/accuracy", "val/tokens"}
 
@@ -46,7 +46,7 @@ def load(path: Path) -> dict:
 @pytest.fixture
 def skip_flops_measurement(monkeypatch):
     """The MFU denominator takes seconds of 1024x1024 matmuls per run; a constant will do here."""
-    monkeypatch.setattr(trainer, "measure_matmul_flops", lambda device, dtype: 1e12)
+    monkeypatch.setattr(hardware, "measure_matmul_flops", lambda device, dtype: 1e12)
 
 
 @pytest.fixture
@@ -153,7 +153,7 @@ def test_checkpoints_load_safely_and_hold_the_training_state(mlm_trained_run):
     assert latest["data_position"] == {"epoch": 0, "batch": 40}
     assert latest["optimizer"]["state"]  # Adam moments
     assert latest["optimizer"]["param_groups"][0]["lr"] == pytest.approx(2e-4, rel=0.05)
-    assert {"torch", "mask"} <= set(latest["rng"])
+    assert {"torch", "mask"} <= set(latest["rng_per_rank"][0])
 
     best = load(checkpoints / "best.pt")
     assert CHECKPOINT_KEYS <= set(best)

@@ -7,13 +7,13 @@ import pytest
 import torch
 
 import main
-import trainer
+import hardware
 from test_trainer import ROOT, load, scalars
 
 
 @pytest.fixture(autouse=True)
 def skip_flops_measurement(monkeypatch):
-    monkeypatch.setattr(trainer, "measure_matmul_flops", lambda device, dtype: 1e12)
+    monkeypatch.setattr(hardware, "measure_matmul_flops", lambda device, dtype: 1e12)
 
 
 def val_losses(run_dir) -> list[float]:
@@ -38,7 +38,7 @@ def test_a_checkpoint_of_another_variant_is_refused(mlm_workdir, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main.main(["--cp", "runs/run0/checkpoints/checkpoint.pt", "--max-iters", "4"])
     assert exit_info.value.code == 2
-    assert "norm is preln in the checkpoint but postln from the config" in capsys.readouterr().err
+    assert "norm = preln in the checkpoint but postln from the config" in capsys.readouterr().err
 
 
 def test_causal_lm_learns_next_tokens_and_resumes(mlm_workdir):

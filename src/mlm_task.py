@@ -1,5 +1,5 @@
-"""MLM (and causal LM) batches from precached shards: seeded order per epoch, train shards
-round-robin by epoch.
+"""The masked and causal language-modelling tasks (trainer.Task): batches from precached shards
+in a seeded order per epoch, train shards round-robin by epoch, the loss and a look at predictions.
 
 A batch is a dict of numpy arrays padded to seq-len. With masking = static the shards bring their
 stored masks; with masking = dynamic the trainer masks each batch on the device, fresh each epoch.
@@ -16,11 +16,11 @@ import torch
 from batching import BatchOrder, gather_padded
 from config import ini_text
 from errors import UserError
+from hardware import to_device
 from masking import IGNORE_INDEX, MaskingRule, mask_tokens, predictions_per_sequence
-from model import BertForCausalLM, BertForMaskedLM, BertForPreTraining
+from model import BertForCausalLM, BertForMaskedLM, BertForPreTraining, model_config
 from sentence_pairs import segment_ids
 from shards import MASKING_FIELDS, Shard, find_shards, read_shard
-from trainer import model_config, to_device
 
 PAIR_LABEL_NAMES = {"nsp": ("next", "random"), "sop": ("in order", "swapped")}
 
@@ -33,7 +33,7 @@ def with_masking(shard: Shard, masking: str, rule: MaskingRule) -> Shard:
     """The shard as the config's `masking` uses it.
 
     static: the stored masks, which must have been made as the config says (checked where the
-    header records it; the original project's shards do not). dynamic: the original ids, which
+    header records it; legacy shards do not). dynamic: the original ids, which
     a static shard keeps too (its inputs with the labels put back), to be masked afresh.
     """
     if masking == "dynamic":
@@ -170,8 +170,8 @@ class MaskedLMTask:
         model = BertForMaskedLM if self.objective == "none" else BertForPreTraining
         return model(model_config(self.config, self.vocab, max_len))
 
-    def labels_hidden(self, split: str) -> bool:
-        return False
+    def submission(self, model, split: str, autocast) -> None:
+        return None  # every MLM split has its labels: the masked tokens
 
     def train_batches(self, position: dict | None):
         return self.data("train").batches(position)

@@ -1,4 +1,5 @@
-"""Single-sentence classification (SST-2, CoLA, ...): read parquet or GLUE TSV, batch, score.
+"""The single-sentence classification task (trainer.Task: SST-2, CoLA, ...): read parquet or GLUE
+TSV, batch, score.
 
 Batches are padded to their own longest sentence (rounded up to a multiple of 8), not to
 seq-len: SST-2 sentences average about 10 words, so most of a 128-wide batch would be padding.
@@ -14,8 +15,8 @@ import torch
 
 from batching import BatchOrder, LengthGroupedBatchOrder, gather_padded
 from errors import UserError
-from model import BertForSequenceClassification
-from trainer import model_config, to_device
+from hardware import to_device
+from model import BertForSequenceClassification, model_config
 
 HIDDEN_LABEL = -1  # GLUE test sets hide their labels
 PARQUET_NAMES = {"train": "train-00000-of-00001.parquet", "val": "validation-00000-of-00001.parquet",
@@ -98,7 +99,6 @@ class EncodedSentences:
     def __init__(self, sentences: Sentences, vocab, seq_len: int):
         pieces = vocab.encode(sentences.texts)
         ids = [[vocab.cls_id, *p[:seq_len - 2], vocab.sep_id] for p in pieces]
-        self.truncated = sum(len(p) > seq_len - 2 for p in pieces)
         self.tokens = np.fromiter((i for sample in ids for i in sample), dtype=np.int64)
         self.offsets = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum([len(sample) for sample in ids], out=self.offsets[1:])
@@ -168,8 +168,6 @@ class ClassificationTask:
             self.splits[split] = encoded
         return self.splits[split]
 
-    def labels_hidden(self, split: str) -> bool:
-        return bool((self.data(split).labels == HIDDEN_LABEL).all())
 
     def build_model(self, max_len: int | None = None) -> BertForSequenceClassification:
         return BertForSequenceClassification(model_config(self.config, self.vocab, max_len))
@@ -204,9 +202,16 @@ class ClassificationTask:
         return {"loss": loss, "accuracy": float(np.trace(confusion) / confusion.sum()),
                 "matthews": matthews_correlation(confusion)}
 
+    def submission(self, model, split: str, autocast) -> list[str] | None:
+        """GLUE's predictions file (`index<TAB>prediction`) where the split's labels are hidden, else None."""
+        if not (self.data(split).labels == HIDDEN_LABEL).all():
+            return None
+        predictions, index = self.predict(model, split, autocast)
+        return ["index\tprediction"] + [f"{i}\t{p}" for i, p in zip(index, predictions)]
+
     @torch.no_grad()
     def predict(self, model, split: str, autocast) -> tuple[np.ndarray, np.ndarray]:
-        """Predicted labels and the data set's index column, for a submission file."""
+        """Predicted labels and the data set's index column."""
         model.eval()
         predictions = []
         for batch in self.eval_batches(split, None):

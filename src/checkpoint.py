@@ -1,0 +1,117 @@
+"""The checkpoint format in one place: what a checkpoint holds, writing it (atomically) and
+reading it (tensors and plain types only), whether it fits a model, and rotation.
+
+A checkpoint is a dict saved with torch.save. Its "optimizer" is None for a starting point
+(scripts/import_hf.py's output) rather than a run to resume.
+"""
+import os
+from dataclasses import asdict, fields
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from atomic import atomic_write
+from errors import UserError
+from model import ModelConfig
+from vocab import Vocab
+
+FORMAT = 1
+MODEL_DEFAULTS = {field.name: field.default for field in fields(ModelConfig)}
+# ModelConfig fields as users know them: INI keys, or what sets them.
+MODEL_FIELD_NAMES = {"max_len": "position table size", "vocab_size": "vocabulary size", "pad_id": "[PAD] id",
+                     "layer_norm_eps": "layer-norm epsilon", "segments": "segment vocabulary size"}
+# Free to differ between a checkpoint and the run starting from it: pre-training heads come and go.
+FREE_MODEL_FIELDS = ("dropout", "num_labels", "causal", "sentence_classes")
+
+
+def make_state(*, task: str, weights: dict, model_config: ModelConfig, vocab: Vocab, config: dict, step: int = 0,
+               tokens: int = 0, optimizer: dict | None = None, data_position: dict | None = None,
+               rng_per_rank: list | None = None, best: float | None = None, **extra) -> dict:
+    """Everything a checkpoint holds: the model's weights (state dict) and architecture, the run's
+    settings (Config.to_dict()), and to resume, the optimizer, data position and one dict of
+    random states per rank."""
+    return {"format": FORMAT, "task": task, "step": step, "tokens": tokens, "model": weights,
+            "optimizer": optimizer, "config": config, "model_config": asdict(model_config),
+            "vocab_checksum": vocab.checksum, "vocab": list(vocab.tokens), "data_position": data_position,
+            "rng_per_rank": rng_per_rank or [], "best": best, **extra}
+
+
+def save(path: Path, state: dict):
+    atomic_write(path, lambda temp: torch.save(state, temp))
+
+
+def load(path: Path) -> dict:
+    """A checkpoint of ours, loaded safely: torch.load with weights_only never runs pickled code."""
+    if not path.is_file():
+        raise UserError(f"{path}: checkpoint not found")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises many kinds for a bad file
+        raise UserError(f"{path}: not a readable checkpoint ({error.__class__.__name__})") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise UserError(f"{path}: not a checkpoint of this program (format {FORMAT} expected)")
+    return state
+
+
+def restore_model(path: Path, kinds: dict[str, type]) -> tuple[nn.Module, Vocab, dict]:
+    """The model a checkpoint holds, with its vocabulary, for inference; `kinds` maps the
+    task names this caller accepts to model classes."""
+    checkpoint = load(path)
+    if checkpoint["task"] not in kinds:
+        raise UserError(f"{path}: a {checkpoint['task']} checkpoint; expected {' or '.join(kinds)}")
+    model = kinds[checkpoint["task"]](ModelConfig(**checkpoint["model_config"]))
+    missing, _ = model.load_state_dict(checkpoint["model"], strict=False)  # unused heads (NSP) may stay behind
+    if missing:
+        raise UserError(f"{path}: weights missing for {type(model).__name__}: {', '.join(missing[:5])}")
+    return model.eval(), Vocab(tuple(checkpoint["vocab"])), checkpoint
+
+
+def check_compatible(path: Path, checkpoint: dict, vocab: Vocab, current: ModelConfig):
+    """The checkpoint's model must be the one the config describes, with the same vocabulary."""
+    if checkpoint.get("vocab_checksum") != vocab.checksum:
+        raise UserError(f"{path}: made with another vocabulary than {vocab.path} (checksum differs)")
+    saved = checkpoint["model_config"]
+    for key, value in asdict(current).items():
+        if key in FREE_MODEL_FIELDS:
+            continue
+        stored = saved.get(key, MODEL_DEFAULTS.get(key))  # a key it lacks: the default, BERT's
+        if stored != value:
+            name = MODEL_FIELD_NAMES.get(key, key.replace("_", "-"))
+            raise UserError(f"{path}: {name} = {stored} in the checkpoint but {value} "
+                            f"from the config and vocabulary")
+
+
+def load_pretrained(model: nn.Module, checkpoint: dict, path: Path, log):
+    """Start from a checkpoint's weights. The encoder must be complete; a head the checkpoint
+    lacks, or one that does not fit (another number of labels), starts fresh. The log says which."""
+    own = model.state_dict()
+    fitting = {name: tensor for name, tensor in checkpoint["model"].items()
+               if name in own and own[name].shape == tensor.shape}
+    missing, _ = model.load_state_dict(fitting, strict=False)
+    loaded = {own[name].data_ptr() for name in fitting}
+    missing = [name for name in missing if own[name].data_ptr() not in loaded]  # tied to a loaded weight
+    if any(name.startswith("encoder.") for name in missing):
+        raise UserError(f"{path}: encoder weights missing or of another shape: {', '.join(missing[:5])}")
+    unused = sorted({name.split(".")[0] + ".*" for name in checkpoint["model"] if name not in fitting})
+    log(f"loaded the encoder of {path} ({checkpoint['task']} step {checkpoint['step']})")
+    log(f"  newly initialised: {', '.join(missing) or 'nothing'}")
+    log(f"  not used: {', '.join(unused) or 'nothing'}")
+
+
+def rotate(directory: Path, keep: int):
+    """checkpoint.pt is the latest; keep-1 older ones stay as checkpoint-STEP.pt."""
+    latest = directory / "checkpoint.pt"
+    if keep > 1 and latest.exists():
+        # mmap: reads the step without loading the tensors
+        step = torch.load(latest, map_location="cpu", weights_only=True, mmap=True)["step"]
+        os.replace(latest, directory / f"checkpoint-{step}.pt")
+    older = sorted(directory.glob("checkpoint-*.pt"), key=lambda p: int(p.stem.split("-")[1]))
+    for stale in older[:max(0, len(older) - (keep - 1))]:
+        stale.unlink()
+
+
+def run_dir_of(path: Path) -> Path | None:
+    """The run a checkpoint belongs to: runs/runN/checkpoints/checkpoint.pt -> runs/runN."""
+    parent = path.resolve().parent
+    return parent.parent if parent.name == "checkpoints" else None

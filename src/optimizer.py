@@ -1,0 +1,34 @@
+"""The optimizer and its learning-rate schedule: AdamW's parameter groups, and each schedule a
+pure function of the step and the config."""
+import math
+
+import torch
+from torch import nn
+
+from config import Config
+
+
+def make_optimizer(model: nn.Module, config: Config, log) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not on biases, norms), fused when asked."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    kwargs = dict(lr=config.learning_rate, betas=(config.beta1, config.beta2))
+    if config.fused_adamw:
+        try:
+            return torch.optim.AdamW(groups, fused=True, **kwargs)
+        except (RuntimeError, ValueError) as error:
+            log(f"warning: fused AdamW is not supported here ({error}); using the default AdamW")
+    return torch.optim.AdamW(groups, **kwargs)
+
+
+def cosine_lr(step: int, config: Config) -> float:
+    """Learning rate at `step`: linear warmup to learning-rate over warmup-iters, then cosine
+    decay to min-learning-rate at lr-decay-iters, then constant."""
+    if step < config.warmup_iters:
+        return config.learning_rate * (step + 1) / (config.warmup_iters + 1)
+    if step >= config.lr_decay_iters:
+        return config.min_learning_rate
+    progress = (step - config.warmup_iters) / max(1, config.lr_decay_iters - config.warmup_iters)
+    return config.min_learning_rate + 0.5 * (1 + math.cos(math.pi * progress)) * (
+        config.learning_rate - config.min_learning_rate)

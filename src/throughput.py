@@ -1,0 +1,48 @@
+"""Training loss, tokens/s and MFU between two log lines, with pauses (validation) left out."""
+import time
+from contextlib import contextmanager
+
+import torch
+
+
+class Throughput:
+    """Sums the loss on the device (no host sync per step) and reads the figures at a log line."""
+
+    def __init__(self, flops_per_token: float, peak_flops: float, world_size: int, device: torch.device,
+                 step: int, tokens: int):
+        self.flops_per_token = flops_per_token
+        self.peak_flops = peak_flops
+        self.world_size = world_size
+        self.loss_sum = torch.zeros((), device=device)
+        self.micro_steps = 0
+        self.reset(step, tokens)
+
+    def reset(self, step: int, tokens: int):
+        self.loss_sum.zero_()
+        self.micro_steps = 0
+        self.since, self.since_step, self.since_tokens, self.pause = time.perf_counter(), step, tokens, 0.0
+
+    def add(self, loss: torch.Tensor):
+        self.loss_sum += loss.detach().float()
+        self.micro_steps += 1
+
+    @contextmanager
+    def paused(self):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.pause += time.perf_counter() - started
+
+    def read(self, step: int, tokens: int) -> tuple[float, float, float]:
+        """Mean loss over all ranks' micro-batches, tokens/s of all ranks, and MFU per rank since the
+        last read; then starts counting afresh."""
+        elapsed = time.perf_counter() - self.since - self.pause
+        if torch.distributed.is_initialized():
+            torch.distributed.all_reduce(self.loss_sum)
+            self.loss_sum /= self.world_size
+        mean_loss = self.loss_sum.item() / self.micro_steps
+        tokens_per_sec = (tokens - self.since_tokens) / elapsed
+        mfu = self.flops_per_token * tokens_per_sec / self.world_size / self.peak_flops
+        self.reset(step, tokens)
+        return mean_loss, tokens_per_sec, mfu

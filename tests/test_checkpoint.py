@@ -1,0 +1,131 @@
+"""The checkpoint format on its own: safe loading, compatibility messages in INI keys, rotation,
+the --cp rule, and checkpoints in the earlier layout (with an "rng" entry) still resuming."""
+from pathlib import Path
+
+import pytest
+import torch
+
+import checkpoint as checkpoints
+import main
+from config import Config
+from errors import UserError
+from model import BertForMaskedLM, ModelConfig
+from trainer import resumes
+from vocab import Vocab
+
+VOCAB = Vocab(("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c"))
+SMALL = ModelConfig(vocab_size=VOCAB.size, max_len=16, d_model=16, heads=2, n_layer=1, d_ff=32)
+
+
+def small_state(**changes) -> dict:
+    model = BertForMaskedLM(SMALL)
+    return checkpoints.make_state(task="mlm", weights=model.state_dict(), model_config=SMALL, vocab=VOCAB,
+                                  config=Config().to_dict(), **changes)
+
+
+class RunsCode:
+    """Unpickling this would run code: what a malicious checkpoint file does."""
+    ran = False
+
+    def __reduce__(self):
+        return setattr, (RunsCode, "ran", True)
+
+
+def test_save_then_load_gives_the_same_tensors_and_settings(tmp_path):
+    state = small_state(step=7, best=1.5)
+    checkpoints.save(tmp_path / "c.pt", state)
+    loaded = checkpoints.load(tmp_path / "c.pt")
+    assert loaded["step"] == 7 and loaded["best"] == 1.5 and loaded["task"] == "mlm"
+    assert all(torch.equal(loaded["model"][name], tensor) for name, tensor in state["model"].items())
+    assert not list(tmp_path.glob(".*.tmp"))  # the temp file was renamed into place
+
+
+def test_a_pickle_that_runs_code_is_refused_without_running(tmp_path):
+    path = tmp_path / "evil.pt"
+    torch.save({"format": checkpoints.FORMAT, "payload": RunsCode()}, path)
+    with pytest.raises(UserError, match="evil.pt: not a readable checkpoint"):
+        checkpoints.load(path)
+    assert RunsCode.ran is False
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "checkpoint not found"),
+    (b"not a checkpoint", "not a readable checkpoint"),
+    ({"weights": torch.zeros(2)}, "not a checkpoint of this program"),
+])
+def test_bad_files_get_one_line(tmp_path, content, message):
+    path = tmp_path / "c.pt"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        torch.save(content, path)
+    with pytest.raises(UserError, match=message):
+        checkpoints.load(path)
+
+
+def test_another_architecture_is_named_in_ini_keys(tmp_path):
+    wider = ModelConfig(**{**SMALL.__dict__, "d_model": 32})
+    with pytest.raises(UserError, match=r"d-model = 16 in the checkpoint but 32 from the config"):
+        checkpoints.check_compatible(tmp_path / "c.pt", small_state(), VOCAB, wider)
+    other_vocab = Vocab(VOCAB.tokens + ("d",))
+    with pytest.raises(UserError, match="another vocabulary"):
+        checkpoints.check_compatible(tmp_path / "c.pt", small_state(), other_vocab, SMALL)
+    checkpoints.check_compatible(tmp_path / "c.pt", small_state(), VOCAB, ModelConfig(**{**SMALL.__dict__,
+                                                                                         "dropout": 0.0}))
+
+
+def test_restore_model_gives_the_saved_model_and_vocabulary(tmp_path):
+    state = small_state()
+    checkpoints.save(tmp_path / "c.pt", state)
+    model, vocab, _ = checkpoints.restore_model(tmp_path / "c.pt", {"mlm": BertForMaskedLM})
+    assert vocab == Vocab(VOCAB.tokens) and not model.training
+    assert torch.equal(model.state_dict()["encoder.embeddings.token.weight"],
+                       state["model"]["encoder.embeddings.token.weight"])
+    with pytest.raises(UserError, match="a mlm checkpoint; expected sst2"):
+        checkpoints.restore_model(tmp_path / "c.pt", {"sst2": BertForMaskedLM})
+
+
+def test_rotation_keeps_the_newest_under_their_steps(tmp_path):
+    for step in (10, 20, 30, 40):
+        checkpoints.rotate(tmp_path, keep=3)
+        checkpoints.save(tmp_path / "checkpoint.pt", small_state(step=step))
+    assert sorted(path.name for path in tmp_path.glob("*.pt")) == [
+        "checkpoint-20.pt", "checkpoint-30.pt", "checkpoint.pt"]
+    assert checkpoints.load(tmp_path / "checkpoint.pt")["step"] == 40
+
+
+def test_run_dir_of_a_checkpoint():
+    assert checkpoints.run_dir_of(Path("/x/runs/run3/checkpoints/best.pt")) == Path("/x/runs/run3")
+    assert checkpoints.run_dir_of(Path("/x/elsewhere/best.pt")) is None
+
+
+@pytest.mark.parametrize("saved, config, expected", [
+    ({"task": "mlm", "optimizer": {}}, Config(), True),
+    ({"task": "mlm", "optimizer": None}, Config(), False),  # an imported model: a starting point
+    ({"task": "mlm", "optimizer": {}}, Config(task_type="sst2"), False),  # pre-training to fine-tune
+    ({"task": "mlm", "optimizer": {}}, Config(sentence_objective="nsp"), False),  # new heads
+])
+def test_the_rule_for_cp(saved, config, expected):
+    class Task:
+        name = config.task_type
+    checkpoint = {**saved, "model_config": {"sentence_classes": 0}}
+    assert resumes(checkpoint, Task(), config) is expected
+
+
+def test_a_checkpoint_in_the_earlier_layout_resumes_and_fine_tunes(mlm_workdir):
+    """Checkpoints written before this layout held a rank-0 "rng" entry beside rng_per_rank."""
+    run_dir = main.run(main.load_config(None, ["--max-iters", "2"]), None, False)
+    path = run_dir / "checkpoints" / "checkpoint.pt"
+    earlier = checkpoints.load(path)
+    earlier["rng"] = earlier["rng_per_rank"][0]
+    torch.save(earlier, path)
+    main.run(main.load_config(None, ["--max-iters", "3"]), path, False)
+    assert checkpoints.load(path)["step"] == 3
+
+
+def test_seq_len_longer_than_the_checkpoints_positions_is_refused(mlm_workdir, capsys):
+    run_dir = main.run(main.load_config(None, ["--max-iters", "1"]), None, False)
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(["--cp", str(run_dir / "checkpoints" / "checkpoint.pt"), "--seq-len", "128"])
+    assert exit_info.value.code == 2
+    assert "seq-len = 128: the checkpoint's model has positions for 64 tokens" in capsys.readouterr().err
