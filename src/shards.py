@@ -227,26 +227,23 @@ class ShardWriter:
     """Write one MLM shard as a context manager: finalised on clean exit, removed on error.
 
     add() takes 1-D id arrays ([CLS] ... [SEP]) that the masker (if any) masks per block of
-    4,096 samples, or MaskedSample tuples already masked by the caller. Shards of sentence pairs
-    ([CLS] A [SEP] B [SEP], pairs nsp or sop) take a pair label per sample too.
+    4,096 samples. Shards of sentence pairs ([CLS] A [SEP] B [SEP], pairs nsp or sop) take a
+    pair label per sample too.
     """
 
     def __init__(self, path, vocab, *, seq_len: int, split: str, seed: int, masker: StaticMasker | None = None,
-                 copy: int | None = None, mask_rate: float | None = None, source_files=(), created_by: str = "",
-                 pairs: str = "none"):
+                 copy: int | None = None, source_files=(), created_by: str = "", pairs: str = "none"):
         self.path = Path(path)
         self.vocab, self.dtype, self.masker, self.pairs = vocab, vocab.id_dtype, masker, pairs
         self.header_fields = {
             "seq_len": seq_len, "vocab_size": vocab.size, "vocab_checksum": vocab.checksum,
             "split": split, "seed": seed, "copy": copy, "source_files": [str(file) for file in source_files],
             "dtype": dtype_name(self.dtype), "created_by": created_by,
-            "mask_rate": masker.rule.mask_rate if masker else mask_rate,
-            # How the masker picked and replaced; unknown (None) for samples masked by the caller.
+            "mask_rate": masker.rule.mask_rate if masker else None,
             "whole_word_masking": masker.rule.whole_word if masker else None,
             "mask_replace_mask": masker.rule.replace_with_mask if masker else None,
             "mask_replace_random": masker.rule.replace_with_random if masker else None}
         self.samples = self.tokens = self.blocks = 0
-        self.premasked: bool | None = None
         self.pending: list = []
         self.pending_pair_labels: list[int] = []
         self.file: _HeaderFirstFile | None = None
@@ -269,18 +266,13 @@ class ShardWriter:
                 self._write_block()
 
     def _check_sample(self, sample) -> None:
-        premasked = isinstance(sample, MaskedSample)
-        if self.premasked is None:
-            self.premasked = premasked
-        if premasked != self.premasked or (premasked and self.masker):
-            raise ValueError("a shard holds either plain samples or pre-masked ones, not both")
-        length = len(sample.inputs if premasked else sample)
+        length = len(sample)
         if not 0 < length <= self.header_fields["seq_len"]:
             raise ValueError(f"sample of {length} tokens, expected 1..{self.header_fields['seq_len']}")
 
     @property
     def masking(self) -> str:
-        return "static" if self.masker or self.premasked else "none"
+        return "static" if self.masker else "none"
 
     def _write_block(self) -> None:
         samples, self.pending = self.pending, []

@@ -8,7 +8,7 @@ import pytest
 
 from errors import UserError
 from masking import MaskingRule
-from shards import (MaskedSample, ShardError, ShardWriter, StaticMasker, TokenStreamWriter, assign_splits,
+from shards import (ShardError, ShardWriter, StaticMasker, TokenStreamWriter, assign_splits,
                     find_shards, read_shard, read_token_stream)
 from vocab import SPECIAL_TOKENS, Vocab, load_vocab
 
@@ -114,15 +114,6 @@ def test_static_masking_does_not_depend_on_how_samples_are_added(tmp_path, vocab
     assert (tmp_path / "a.msgpack.gz").read_bytes() == (tmp_path / "b.msgpack.gz").read_bytes()
     other_seed = read_shard(write_shard(tmp_path / "c.msgpack.gz", vocab, imdb_samples, "static", seed=6))
     assert not np.array_equal(one_call.mask_positions, other_seed.mask_positions)
-
-
-def test_premasked_samples_are_stored_as_given(tmp_path, vocab):
-    sample = MaskedSample(np.array([vocab.cls_id, vocab.mask_id, 20, vocab.sep_id]), np.array([1]), np.array([30]))
-    with ShardWriter(tmp_path / "p.msgpack.gz", vocab, seq_len=8, split="val", seed=1, mask_rate=0.2) as writer:
-        writer.add([sample])
-    shard = read_shard(tmp_path / "p.msgpack.gz")
-    assert shard.masking == "static" and shard.header["mask_rate"] == 0.2
-    assert list(shard.unmasked_tokens()) == [vocab.cls_id, 30, 20, vocab.sep_id]
 
 
 @pytest.mark.parametrize("field, wrong", [("seq_len", 128), ("vocab_size", 30522), ("vocab_checksum", "abc")])
