@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from config import RULES, SENTENCE_OBJECTIVES  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from sentence_pairs import PairMaker, encode_documents, pair_sample  # noqa: E402
-from shards import SPLITS, SplitWriter  # noqa: E402
+from preparation import SPLITS, SplitWriter  # noqa: E402
 from train_vocab import expand_inputs  # noqa: E402
 from vocab import load_vocab  # noqa: E402
 

@@ -6,7 +6,9 @@ import pytest
 
 import prepare_mlm_dataset
 import prepare_mlm_fixed_len_dataset_from_ids as prepare_fixed_len
-from shards import SPLITS, TokenStreamWriter, assign_splits, read_shard
+from preparation import SPLITS, assign_splits
+from shards import read_shard
+from token_stream import TokenStreamWriter
 from vocab import load_vocab
 
 SEQ_LEN = 128
