@@ -198,7 +198,7 @@ def parse_args(argv=None):
 
 def check_args(args) -> None:
     """Every option checked before the first file is written."""
-    from prepare_mlm_dataset import MAX_SEQ_LEN, MIN_SEQ_LEN
+    from preparation import MAX_SEQ_LEN, MIN_SEQ_LEN
     from vocab import SPECIAL_TOKENS
     if args.imdb_limit is not None and args.imdb_limit < 1:
         raise UserError(f"--imdb-limit {args.imdb_limit}: expected at least 1 review")

@@ -22,10 +22,9 @@ import numpy as np
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from errors import UserError, exit_on_user_error  # noqa: E402
+from input_files import expand_inputs  # noqa: E402
 from token_stream import TOKENS_PER_STREAM_BLOCK, TokenStreamWriter  # noqa: E402
-from train_vocab import expand_inputs  # noqa: E402
 from vocab import Vocab, load_vocab  # noqa: E402
 
 ENCODE_BATCH_CHARS = 1 << 20

@@ -1,17 +1,23 @@
 """Turning samples into a prepared data set: the train/val/test split, static masking, the shards of
 one data set (SplitWriter), and what the two shard preparers share (arguments, checks, output).
 """
+import argparse
+import re
+import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from config import RULES
+from errors import UserError
 from masking import IGNORE_INDEX, MaskingRule, mask_tokens
 from shards import MaskedSample, ShardWriter
 
 SPLITS = ("train", "val", "test")
 SPLIT_SHARES = (0.8, 0.1, 0.1)
+MIN_SEQ_LEN, MAX_SEQ_LEN = 16, 2048
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,3 +143,88 @@ class SplitWriter:
 
     def __exit__(self, kind, error, traceback):
         return self.stack.__exit__(kind, error, traceback)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the two shard preparers share: options, checks (all run before any file is written), output
+
+
+def add_shared_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-l", "--label", required=True, help="data set name used in the shard names, e.g. imdb")
+    parser.add_argument("-o", "--output", required=True, type=Path, help="directory for the shards")
+    parser.add_argument("-m", "--seq-len", type=int, default=128,
+                        help=f"tokens per sample including [CLS] and [SEP], {MIN_SEQ_LEN}..{MAX_SEQ_LEN} (default 128)")
+    parser.add_argument("-s", "--seed", type=int, default=123, help="seed of the split and masks (default 123)")
+    parser.add_argument("--masking", choices=("none", "static"), default="none",
+                        help="none: the trainer masks every batch afresh (default); static: store masks in the shards")
+    parser.add_argument("--copies", type=int, default=1,
+                        help="with --masking static: number of differently masked train shards (default 1)")
+    parser.add_argument("--mask-rate", type=float,
+                        help="with --masking static: share of the tokens picked for prediction (default 0.15)")
+    parser.add_argument("--whole-word-masking", action="store_true",
+                        help="with --masking static: pick whole words, a piece and the ## pieces after it")
+    parser.add_argument("--mask-replace-mask", type=float,
+                        help="with --masking static: share of the picked tokens shown as [MASK] (default 0.8)")
+    parser.add_argument("--mask-replace-random", type=float,
+                        help="with --masking static: share shown as a random token, the rest unchanged (default 0.1)")
+
+
+def check_shared_arguments(args) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9]+", args.label):
+        raise UserError(f"--label {args.label!r}: use letters and digits only (it becomes part of file names)")
+    if not MIN_SEQ_LEN <= args.seq_len <= MAX_SEQ_LEN:
+        raise UserError(f"-m {args.seq_len}: expected a sequence length from {MIN_SEQ_LEN} to {MAX_SEQ_LEN}")
+    if args.copies < 1:
+        raise UserError(f"--copies {args.copies}: expected at least 1")
+    if args.copies > 1 and args.masking != "static":
+        raise UserError(f"--copies {args.copies} needs --masking static (unmasked copies would be identical)")
+    if args.seed < 0:
+        raise UserError(f"--seed {args.seed}: expected a non-negative integer")
+    check_masking_arguments(args)
+
+
+def check_masking_arguments(args) -> None:
+    """The flags of static masking: only with --masking static, each in range, the split at most 1."""
+    rule_options = {"--mask-rate": args.mask_rate, "--mask-replace-mask": args.mask_replace_mask,
+                    "--mask-replace-random": args.mask_replace_random,
+                    "--whole-word-masking": args.whole_word_masking or None}
+    for option, value in rule_options.items():
+        if value is not None and args.masking != "static":
+            raise UserError(f"{option} needs --masking static (the trainer masks unmasked shards as its config says)")
+    for option in ("--mask-rate", "--mask-replace-mask", "--mask-replace-random"):
+        rule = RULES[option.removeprefix("--").replace("-", "_")]  # the config keys' ranges
+        if rule_options[option] is not None and not rule.check(rule_options[option]):
+            raise UserError(f"{option} {rule_options[option]}: expected a number {rule.text}")
+    rule = masking_rule(args)
+    if rule is not None and rule.replace_with_mask + rule.replace_with_random > 1 + 1e-9:
+        raise UserError(f"--mask-replace-mask {rule.replace_with_mask} plus --mask-replace-random "
+                        f"{rule.replace_with_random} exceed 1")
+
+
+def masking_rule(args) -> MaskingRule | None:
+    """The masking.MaskingRule of a static run from the flags (defaults where not given), else None."""
+    if args.masking != "static":
+        return None
+    given = {"mask_rate": args.mask_rate, "replace_with_mask": args.mask_replace_mask,
+             "replace_with_random": args.mask_replace_random}
+    return MaskingRule(whole_word=args.whole_word_masking,
+                       **{field: value for field, value in given.items() if value is not None})
+
+
+def prepare_output_dir(out_dir: Path) -> None:
+    """Create the directory and prove we can write there, before any work is done."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as error:
+        raise UserError(f"{out_dir}: cannot create or write the output directory ({error.strerror})") from None
+
+
+def split_summary(writer: SplitWriter) -> str:
+    return ", ".join(f"{split} {count:,}" for split, count in zip(SPLITS, writer.samples))
+
+
+def print_written(writer: SplitWriter) -> None:
+    for path in writer.paths:
+        print(f"wrote {path}")
