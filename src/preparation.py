@@ -10,14 +10,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from config import RULES
+from config import DEFAULTS, RULES, validate
 from errors import UserError
 from masking import IGNORE_INDEX, MaskingRule, mask_tokens
-from shards import MaskedSample, ShardWriter
+from shards import MASKING_FIELDS, MaskedSample, ShardWriter
 
 SPLITS = ("train", "val", "test")
 SPLIT_SHARES = (0.8, 0.1, 0.1)
-MIN_SEQ_LEN, MAX_SEQ_LEN = 16, 2048
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,7 +152,7 @@ def add_shared_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-l", "--label", required=True, help="data set name used in the shard names, e.g. imdb")
     parser.add_argument("-o", "--output", required=True, type=Path, help="directory for the shards")
     parser.add_argument("-m", "--seq-len", type=int, default=128,
-                        help=f"tokens per sample including [CLS] and [SEP], {MIN_SEQ_LEN}..{MAX_SEQ_LEN} (default 128)")
+                        help=f"tokens per sample including [CLS] and [SEP], {RULES['seq_len'].text} (default 128)")
     parser.add_argument("-s", "--seed", type=int, default=123, help="seed of the split and masks (default 123)")
     parser.add_argument("--masking", choices=("none", "static"), default="none",
                         help="none: the trainer masks every batch afresh (default); static: store masks in the shards")
@@ -172,8 +171,8 @@ def add_shared_arguments(parser: argparse.ArgumentParser) -> None:
 def check_shared_arguments(args) -> None:
     if not re.fullmatch(r"[A-Za-z0-9]+", args.label):
         raise UserError(f"--label {args.label!r}: use letters and digits only (it becomes part of file names)")
-    if not MIN_SEQ_LEN <= args.seq_len <= MAX_SEQ_LEN:
-        raise UserError(f"-m {args.seq_len}: expected a sequence length from {MIN_SEQ_LEN} to {MAX_SEQ_LEN}")
+    if not RULES["seq_len"].check(args.seq_len):  # the samples must fit the config's seq-len
+        raise UserError(f"-m {args.seq_len}: expected a sequence length {RULES['seq_len'].text}")
     if args.copies < 1:
         raise UserError(f"--copies {args.copies}: expected at least 1")
     if args.copies > 1 and args.masking != "static":
@@ -183,32 +182,32 @@ def check_shared_arguments(args) -> None:
     check_masking_arguments(args)
 
 
+def masking_flags(args) -> dict:
+    """The static-masking flags given, by the config keys they set (the header's MASKING_FIELDS)."""
+    given = {field: getattr(args, field) for field in MASKING_FIELDS}
+    if not given["whole_word_masking"]:  # a bare flag: False when not given
+        given["whole_word_masking"] = None
+    return {field: value for field, value in given.items() if value is not None}
+
+
 def check_masking_arguments(args) -> None:
-    """The flags of static masking: only with --masking static, each in range, the split at most 1."""
-    rule_options = {"--mask-rate": args.mask_rate, "--mask-replace-mask": args.mask_replace_mask,
-                    "--mask-replace-random": args.mask_replace_random,
-                    "--whole-word-masking": args.whole_word_masking or None}
-    for option, value in rule_options.items():
-        if value is not None and args.masking != "static":
-            raise UserError(f"{option} needs --masking static (the trainer masks unmasked shards as its config says)")
-    for option in ("--mask-rate", "--mask-replace-mask", "--mask-replace-random"):
-        rule = RULES[option.removeprefix("--").replace("-", "_")]  # the config keys' ranges
-        if rule_options[option] is not None and not rule.check(rule_options[option]):
-            raise UserError(f"{option} {rule_options[option]}: expected a number {rule.text}")
-    rule = masking_rule(args)
-    if rule is not None and rule.replace_with_mask + rule.replace_with_random > 1 + 1e-9:
-        raise UserError(f"--mask-replace-mask {rule.replace_with_mask} plus --mask-replace-random "
-                        f"{rule.replace_with_random} exceed 1")
+    """The static-masking flags: only with --masking static, checked by their config keys' rules
+    (each in range, mask-replace-mask plus mask-replace-random at most 1)."""
+    given = masking_flags(args)
+    options = {field: "--" + field.replace("_", "-") for field in given}
+    if given and args.masking != "static":
+        raise UserError(f"{next(iter(options.values()))} needs --masking static (the trainer masks unmasked shards "
+                        f"as its config says)")
+    validate(DEFAULTS | given, options, "command line")
 
 
 def masking_rule(args) -> MaskingRule | None:
-    """The masking.MaskingRule of a static run from the flags (defaults where not given), else None."""
+    """The masking.MaskingRule of a static run: the flags given, the config's defaults for the rest."""
     if args.masking != "static":
         return None
-    given = {"mask_rate": args.mask_rate, "replace_with_mask": args.mask_replace_mask,
-             "replace_with_random": args.mask_replace_random}
-    return MaskingRule(whole_word=args.whole_word_masking,
-                       **{field: value for field, value in given.items() if value is not None})
+    values = DEFAULTS | masking_flags(args)
+    return MaskingRule(mask_rate=values["mask_rate"], replace_with_mask=values["mask_replace_mask"],
+                       replace_with_random=values["mask_replace_random"], whole_word=values["whole_word_masking"])
 
 
 def prepare_output_dir(out_dir: Path) -> None:

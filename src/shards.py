@@ -18,7 +18,8 @@ SHARD_FORMAT = "bert-mlm-shard"
 LEGACY_FORMAT = "legacy"
 FORMAT_VERSION = 1
 SAMPLES_PER_BLOCK = 4096
-# Header fields saying how a static shard was masked (None when unknown or unmasked).
+# Header fields saying how a static shard was masked (None when unknown or unmasked), named as the
+# config keys (and the preparers' flags) that set them.
 MASKING_FIELDS = ("mask_rate", "whole_word_masking", "mask_replace_mask", "mask_replace_random")
 
 
