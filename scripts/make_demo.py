@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # runs train_vocab.py and prepare_mlm_dataset.py
 from config import RULES  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 

@@ -1,6 +1,5 @@
-"""The MLM shard format: a header, then blocks of samples ([CLS] ... [SEP], maybe masked or paired);
-its writer, and a reader for it and for legacy shards (the msgpack layout of the BERT project this
-program replaces: one array alternating id lists and label lists).
+"""The MLM shard format (a header, then blocks of samples): its writer, and a reader for it and for legacy
+shards, the msgpack layout of the BERT project this program replaces (id lists alternating with label lists).
 """
 import glob
 import os
