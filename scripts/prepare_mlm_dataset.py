@@ -16,110 +16,20 @@ go to train, val or test.
 """
 import argparse
 import itertools
-import re
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from config import RULES, SENTENCE_OBJECTIVES  # noqa: E402
+from config import SENTENCE_OBJECTIVES  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
+from input_files import expand_inputs  # noqa: E402
+from preparation import (SPLITS, SplitWriter, add_shared_arguments, check_shared_arguments,  # noqa: E402
+                         masking_rule, prepare_output_dir, print_written, split_summary)
 from sentence_pairs import PairMaker, encode_documents, pair_sample  # noqa: E402
-from shards import SPLITS, SplitWriter  # noqa: E402
-from train_vocab import expand_inputs  # noqa: E402
 from vocab import load_vocab  # noqa: E402
-
-MIN_SEQ_LEN, MAX_SEQ_LEN = 16, 2048
-
-
-# ---------------------------------------------------------------------------------------------
-# Checks shared with prepare_mlm_fixed_len_dataset_from_ids.py: all run before any file is written
-
-
-def add_shared_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-l", "--label", required=True, help="data set name used in the shard names, e.g. imdb")
-    parser.add_argument("-o", "--output", required=True, type=Path, help="directory for the shards")
-    parser.add_argument("-m", "--seq-len", type=int, default=128,
-                        help=f"tokens per sample including [CLS] and [SEP], {MIN_SEQ_LEN}..{MAX_SEQ_LEN} (default 128)")
-    parser.add_argument("-s", "--seed", type=int, default=123, help="seed of the split and masks (default 123)")
-    parser.add_argument("--masking", choices=("none", "static"), default="none",
-                        help="none: the trainer masks every batch afresh (default); static: store masks in the shards")
-    parser.add_argument("--copies", type=int, default=1,
-                        help="with --masking static: number of differently masked train shards (default 1)")
-    parser.add_argument("--mask-rate", type=float,
-                        help="with --masking static: share of the tokens picked for prediction (default 0.15)")
-    parser.add_argument("--whole-word-masking", action="store_true",
-                        help="with --masking static: pick whole words, a piece and the ## pieces after it")
-    parser.add_argument("--mask-replace-mask", type=float,
-                        help="with --masking static: share of the picked tokens shown as [MASK] (default 0.8)")
-    parser.add_argument("--mask-replace-random", type=float,
-                        help="with --masking static: share shown as a random token, the rest unchanged (default 0.1)")
-
-
-def check_shared_arguments(args) -> None:
-    if not re.fullmatch(r"[A-Za-z0-9]+", args.label):
-        raise UserError(f"--label {args.label!r}: use letters and digits only (it becomes part of file names)")
-    if not MIN_SEQ_LEN <= args.seq_len <= MAX_SEQ_LEN:
-        raise UserError(f"-m {args.seq_len}: expected a sequence length from {MIN_SEQ_LEN} to {MAX_SEQ_LEN}")
-    if args.copies < 1:
-        raise UserError(f"--copies {args.copies}: expected at least 1")
-    if args.copies > 1 and args.masking != "static":
-        raise UserError(f"--copies {args.copies} needs --masking static (unmasked copies would be identical)")
-    if args.seed < 0:
-        raise UserError(f"--seed {args.seed}: expected a non-negative integer")
-    check_masking_arguments(args)
-
-
-def check_masking_arguments(args) -> None:
-    """The flags of static masking: only with --masking static, each in range, the split at most 1."""
-    rule_options = {"--mask-rate": args.mask_rate, "--mask-replace-mask": args.mask_replace_mask,
-                    "--mask-replace-random": args.mask_replace_random,
-                    "--whole-word-masking": args.whole_word_masking or None}
-    for option, value in rule_options.items():
-        if value is not None and args.masking != "static":
-            raise UserError(f"{option} needs --masking static (the trainer masks unmasked shards as its config says)")
-    for option in ("--mask-rate", "--mask-replace-mask", "--mask-replace-random"):
-        rule = RULES[option.removeprefix("--").replace("-", "_")]  # the config keys' ranges
-        if rule_options[option] is not None and not rule.check(rule_options[option]):
-            raise UserError(f"{option} {rule_options[option]}: expected a number {rule.text}")
-    rule = masking_rule(args)
-    if rule is not None and rule.replace_with_mask + rule.replace_with_random > 1 + 1e-9:
-        raise UserError(f"--mask-replace-mask {rule.replace_with_mask} plus --mask-replace-random "
-                        f"{rule.replace_with_random} exceed 1")
-
-
-def masking_rule(args):
-    """The masking.MaskingRule of a static run from the flags (defaults where not given), else None."""
-    if args.masking != "static":
-        return None
-    from masking import MaskingRule  # here: masking needs torch, which unmasked runs do without
-    given = {"mask_rate": args.mask_rate, "replace_with_mask": args.mask_replace_mask,
-             "replace_with_random": args.mask_replace_random}
-    return MaskingRule(whole_word=args.whole_word_masking,
-                       **{field: value for field, value in given.items() if value is not None})
-
-
-def prepare_output_dir(out_dir: Path) -> None:
-    """Create the directory and prove we can write there, before any work is done."""
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out_dir):
-            pass
-    except OSError as error:
-        raise UserError(f"{out_dir}: cannot create or write the output directory ({error.strerror})") from None
-
-
-def split_summary(writer: SplitWriter) -> str:
-    return ", ".join(f"{split} {count:,}" for split, count in zip(SPLITS, writer.samples))
-
-
-def print_written(writer: SplitWriter) -> None:
-    for path in writer.paths:
-        print(f"wrote {path}")
-
 
 # ---------------------------------------------------------------------------------------------
 # Reading text and packing words

@@ -16,12 +16,11 @@ import numpy as np
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from errors import UserError, exit_on_user_error  # noqa: E402
-from prepare_mlm_dataset import (add_shared_arguments, check_shared_arguments, masking_rule,  # noqa: E402
-                                 prepare_output_dir, print_written, split_summary)
-from shards import SplitWriter, read_token_stream  # noqa: E402
-from train_vocab import expand_inputs  # noqa: E402
+from input_files import expand_inputs  # noqa: E402
+from preparation import (SplitWriter, add_shared_arguments, check_shared_arguments, masking_rule,  # noqa: E402
+                         prepare_output_dir, print_written, split_summary)
+from token_stream import read_token_stream  # noqa: E402
 from vocab import load_vocab  # noqa: E402
 
 

@@ -4,7 +4,7 @@ Example:
     python scripts/tokenize_text.py -i demo/input/imdb.txt -o demo/imdb.ids -v demo/vocab -n 4
 
 Each line is encoded without [CLS]/[SEP] and the ids of all lines, in input order, are written
-as one stream (src/shards.py, TokenStreamWriter). The text is read in chunks of whole lines of
+as one stream (src/token_stream.py, TokenStreamWriter). The text is read in chunks of whole lines of
 about --chunk-mb each, so memory stays bounded whatever the corpus size; with -n workers at most
 2*n chunks are in flight. The output file does not depend on -n or --chunk-mb, byte for byte.
 """
@@ -22,10 +22,9 @@ import numpy as np
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from errors import UserError, exit_on_user_error  # noqa: E402
-from shards import TOKENS_PER_STREAM_BLOCK, TokenStreamWriter  # noqa: E402
-from train_vocab import expand_inputs  # noqa: E402
+from input_files import expand_inputs  # noqa: E402
+from token_stream import TOKENS_PER_STREAM_BLOCK, TokenStreamWriter  # noqa: E402
 from vocab import Vocab, load_vocab  # noqa: E402
 
 ENCODE_BATCH_CHARS = 1 << 20

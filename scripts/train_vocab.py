@@ -7,31 +7,15 @@ Writes VOCABDIR/vocab.txt with [PAD] [UNK] [CLS] [SEP] [MASK] as ids 0-4, so tha
 transformers.BertTokenizer(vocab.txt) gives the same ids as this program.
 """
 import argparse
-import glob
 import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from errors import UserError, exit_on_user_error  # noqa: E402
+from input_files import expand_inputs  # noqa: E402
 from tokenizers.implementations import BertWordPieceTokenizer  # noqa: E402
 from vocab import SPECIAL_TOKENS, load_vocab  # noqa: E402
-
-
-def expand_inputs(patterns) -> list[Path]:
-    """Files named on the command line, globs expanded; each must exist and hold text."""
-    files = []
-    for pattern in patterns:
-        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
-        if not matches:
-            raise UserError(f"{pattern}: no file matches this pattern")
-        files.extend(Path(match) for match in matches)
-    for file in files:
-        if not file.is_file():
-            raise UserError(f"{file}: input file not found")
-        if file.stat().st_size == 0:
-            raise UserError(f"{file}: input file is empty")
-    return files
 
 
 def canonical_order(tokens: list[str]) -> list[str]:

@@ -12,7 +12,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from config import SENTENCE_OBJECTIVES
-from shards import SPLITS, assign_splits
+from preparation import SPLITS, assign_splits
 
 OBJECTIVES = SENTENCE_OBJECTIVES[1:]  # nsp, sop: "none" makes no pairs
 IS_NEXT, RANDOM_NEXT = 0, 1  # NSP labels, as transformers' next_sentence_label
@@ -129,7 +129,7 @@ def document_pairs(index: int, sentences: list[np.ndarray], objective: str, max_
 class PairMaker:
     """Documents in input order to pairs, each tagged with its split.
 
-    A document's split comes from a hash of its running index (shards.assign_splits), so no
+    A document's split comes from a hash of its running index (preparation.assign_splits), so no
     document spans two splits, and its pairs from a generator seeded by (seed, index): chunking
     and buffering never change the result. NSP draws the random B from the other documents in a
     window of `window` documents of the same split (the next ones; at the end, the last ones), since

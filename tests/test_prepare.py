@@ -6,7 +6,9 @@ import pytest
 
 import prepare_mlm_dataset
 import prepare_mlm_fixed_len_dataset_from_ids as prepare_fixed_len
-from shards import SPLITS, TokenStreamWriter, assign_splits, read_shard
+from preparation import SPLITS, assign_splits
+from shards import read_shard
+from token_stream import TokenStreamWriter
 from vocab import load_vocab
 
 SEQ_LEN = 128
@@ -191,7 +193,7 @@ def bad_text_runs(tmp_path, corpus, vocab_dir):
     return [({"-i": str(tmp_path / "missing.txt")}, "missing.txt: input file not found"),
             ({"-i": str(empty)}, "empty.txt: input file is empty"),
             ({"-v": str(tmp_path / "novocab")}, "novocab: cannot read vocabulary"),
-            ({"-m": "8"}, "-m 8: expected a sequence length from 16 to 2048"),
+            ({"-m": "8"}, "-m 8: expected a sequence length in [16, 2048]"),
             ({"-m": "4096"}, "-m 4096"),
             ({"-l": "im_db"}, "--label 'im_db'"),
             ({"-l": "im-db"}, "--label 'im-db'"),
@@ -201,7 +203,7 @@ def bad_text_runs(tmp_path, corpus, vocab_dir):
             ({"--masking": "static", "--mask-rate": "1.5"}, "--mask-rate 1.5: expected a number in (0, 1)"),
             ({"--masking": "static", "--mask-replace-random": "-1"}, "--mask-replace-random -1.0: expected"),
             ({"--masking": "static", "--mask-replace-mask": "0.9", "--mask-replace-random": "0.2"},
-             "--mask-replace-mask 0.9 plus --mask-replace-random 0.2 exceed 1"),
+             "mask-replace-mask = 0.9 plus mask-replace-random = 0.2 exceed 1"),
             ({"--chunk-mb": "0"}, "--chunk-mb 0")], base
 
 

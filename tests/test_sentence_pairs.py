@@ -15,9 +15,11 @@ import prepare_mlm_dataset
 import hardware
 from conftest import MLM_SEQ_LEN, make_mlm_workdir, prepare_mlm_base_dir
 from mlm_task import make_batch
+from packed_files import ShardError
+from preparation import SPLITS, assign_splits
 from sentence_pairs import (PairMaker, encode_documents, pair_sample, split_sentences,
                             truncate_pair)
-from shards import SPLITS, ShardError, assign_splits, read_shard
+from shards import read_shard
 from test_trainer import load, scalars
 from vocab import load_vocab
 

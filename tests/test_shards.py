@@ -1,5 +1,5 @@
-"""Tests of src/shards.py: shard and token-stream round trips, header checks, legacy shards,
-clear errors on damaged files, atomic writing, the data split and static masking."""
+"""Tests of src/shards.py: shard round trips, header checks, legacy shards, clear errors on damaged
+files, atomic writing, static masks independent of how samples are added."""
 import gzip
 
 import msgpack
@@ -8,8 +8,9 @@ import pytest
 
 from errors import UserError
 from masking import MaskingRule
-from shards import (MaskedSample, ShardError, ShardWriter, StaticMasker, TokenStreamWriter, assign_splits,
-                    find_shards, read_shard, read_token_stream)
+from packed_files import ShardError
+from preparation import StaticMasker
+from shards import ShardWriter, find_shards, read_shard
 from vocab import SPECIAL_TOKENS, Vocab, load_vocab
 
 SEQ_LEN = 64
@@ -116,15 +117,6 @@ def test_static_masking_does_not_depend_on_how_samples_are_added(tmp_path, vocab
     assert not np.array_equal(one_call.mask_positions, other_seed.mask_positions)
 
 
-def test_premasked_samples_are_stored_as_given(tmp_path, vocab):
-    sample = MaskedSample(np.array([vocab.cls_id, vocab.mask_id, 20, vocab.sep_id]), np.array([1]), np.array([30]))
-    with ShardWriter(tmp_path / "p.msgpack.gz", vocab, seq_len=8, split="val", seed=1, mask_rate=0.2) as writer:
-        writer.add([sample])
-    shard = read_shard(tmp_path / "p.msgpack.gz")
-    assert shard.masking == "static" and shard.header["mask_rate"] == 0.2
-    assert list(shard.unmasked_tokens()) == [vocab.cls_id, 30, 20, vocab.sep_id]
-
-
 @pytest.mark.parametrize("field, wrong", [("seq_len", 128), ("vocab_size", 30522), ("vocab_checksum", "abc")])
 def test_header_mismatch_names_file_field_and_both_values(tmp_path, vocab, imdb_samples, field, wrong):
     path = write_shard(tmp_path / "train_x_64_1.msgpack.gz", vocab, imdb_samples[:50])
@@ -201,30 +193,3 @@ def test_find_shards_matches_gzipped_files_for_a_plain_pattern(tmp_path, vocab, 
     assert [path.name for path in found] == ["train_wiki_128_1.msgpack.gz", "train_wiki_128_2.msgpack"]
     with pytest.raises(UserError, match=f"{tmp_path}: no shard file matches test_wiki_\\*"):
         find_shards(tmp_path, "test_wiki_*")
-
-
-def test_token_stream_round_trip_and_truncation(tmp_path, vocab, imdb_ids):
-    ids = [np.array(review) for review in imdb_ids]
-    path = tmp_path / "ids.msgpack.gz"
-    with TokenStreamWriter(path, vocab, ["imdb.txt"]) as stream:
-        for review in ids:
-            stream.write(review)
-    header, blocks = read_token_stream(path)
-    assert np.array_equal(np.concatenate(list(blocks)), np.concatenate(ids))
-    assert header == {"format": "bert-token-ids", "version": 1, "vocab_size": vocab.size,
-                      "vocab_checksum": vocab.checksum, "dtype": "uint16", "source_files": ["imdb.txt"],
-                      "tokens": sum(map(len, ids))}
-    whole = path.read_bytes()
-    path.write_bytes(whole[:len(whole) * 3 // 4])
-    with pytest.raises(ShardError, match=f"^{path}: truncated or corrupt"):
-        list(read_token_stream(path)[1])
-    with pytest.raises(ShardError, match="not a token-id stream"):
-        read_token_stream(write_shard(tmp_path / "s.msgpack.gz", vocab, [np.array([2, 3])]))
-
-
-def test_split_is_stateless_and_about_80_10_10():
-    codes = assign_splits(123, np.arange(100_000))
-    pieces = np.concatenate([assign_splits(123, np.arange(start, start + 999)) for start in range(0, 100_000, 999)])
-    assert np.array_equal(codes, pieces[:100_000])
-    assert np.allclose(np.bincount(codes) / len(codes), [0.8, 0.1, 0.1], atol=0.01)
-    assert (assign_splits(124, np.arange(1000)) != codes[:1000]).mean() > 0.2

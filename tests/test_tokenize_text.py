@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import shards
+import token_stream
 import tokenize_text
-from shards import read_token_stream
+from token_stream import read_token_stream
 from vocab import load_vocab
 
 
@@ -50,7 +50,7 @@ def test_parallel_output_is_byte_identical_to_serial(serial_output, imdb_corpus,
 def test_tiny_chunks_give_the_same_file_as_one_chunk(imdb_corpus, vocab_dir, tmp_path, monkeypatch):
     # Blocks of 10,000 tokens, so that the corpus spans many blocks and chunks end inside them.
     monkeypatch.setattr(tokenize_text, "TOKENS_PER_STREAM_BLOCK", 10_000)
-    monkeypatch.setattr(shards, "TOKENS_PER_STREAM_BLOCK", 10_000)
+    monkeypatch.setattr(token_stream, "TOKENS_PER_STREAM_BLOCK", 10_000)
     one_chunk, tiny_chunks = tmp_path / "one.ids", tmp_path / "tiny.ids"
     tokenize_text.tokenize_files([imdb_corpus], vocab_dir, one_chunk, 1, chunk_bytes=64 << 20, show_progress=False)
     tokens = tokenize_text.tokenize_files([imdb_corpus], vocab_dir, tiny_chunks, 1, chunk_bytes=1000,

@@ -1,0 +1,115 @@
+"""The file container of prepared data (MLM shards, token-id streams): a gzip stream of msgpack objects,
+a header first; written atomically, read with one-line errors for truncated or corrupt files.
+"""
+import gzip
+import os
+import secrets
+import shutil
+import zlib
+from pathlib import Path
+
+import msgpack
+import numpy as np
+
+from errors import UserError
+
+DTYPES = {"uint16": np.uint16, "int32": np.int32}
+GZIP_MAGIC = b"\x1f\x8b"
+COMPRESS_LEVEL = 6  # zlib's default: level 9 is much slower for a few percent
+CORRUPT_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile, msgpack.UnpackException, msgpack.ExtraData,
+                  msgpack.FormatError, msgpack.StackError, KeyError, TypeError, ValueError, IndexError)
+
+
+class ShardError(UserError):
+    """A shard or token stream that is truncated, corrupt, or made for another config."""
+
+
+def dtype_name(dtype) -> str:
+    return np.dtype(dtype).name
+
+
+def corrupt(path, detail) -> ShardError:
+    return ShardError(f"{path}: truncated or corrupt file ({detail})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing: header last, file complete or absent
+
+
+class HeaderFirstFile:
+    """A gzip msgpack file whose header is written last but stored first, renamed into place whole.
+
+    Objects go to a temporary gzip file next to the target; finish(header) writes a second
+    temporary file holding a gzip member with the header followed by the first file's bytes, then
+    renames it onto the target. abort() removes both, so an interrupted run leaves nothing.
+    """
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.body_path = self._temp_path(".body")
+        self.body_raw = self.body_path.open("wb")
+        # mtime=0 and no file name in the gzip header: equal inputs give byte-identical files.
+        self.body = gzip.GzipFile(filename="", fileobj=self.body_raw, mode="wb",
+                                  compresslevel=COMPRESS_LEVEL, mtime=0)
+        self.packer = msgpack.Packer(use_bin_type=True)
+
+    def _temp_path(self, suffix: str) -> Path:
+        """A new hidden file next to the target (so `*` globs skip it), with the umask's permissions."""
+        while True:
+            path = self.path.parent / f".{self.path.name}.{secrets.token_hex(6)}{suffix}.tmp"
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+                return path
+            except FileExistsError:
+                continue
+
+    def write(self, obj) -> None:
+        self.body.write(self.packer.pack(obj))
+
+    def finish(self, header: dict) -> None:
+        self.body.close()
+        self.body_raw.close()
+        final_temp = self._temp_path("")
+        try:
+            with final_temp.open("wb") as out:
+                with gzip.GzipFile(filename="", fileobj=out, mode="wb", compresslevel=COMPRESS_LEVEL, mtime=0) as head:
+                    head.write(self.packer.pack(header))
+                with self.body_path.open("rb") as body:
+                    shutil.copyfileobj(body, out, 1 << 20)
+            os.replace(final_temp, self.path)
+        finally:
+            final_temp.unlink(missing_ok=True)
+            self.body_path.unlink(missing_ok=True)
+
+    def abort(self) -> None:
+        self.body.close()
+        self.body_raw.close()
+        self.body_path.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+def open_stream(path):
+    """Binary reader over the file's msgpack bytes, gunzipping when it starts with gzip magic."""
+    try:
+        with open(path, "rb") as probe:
+            gzipped = probe.read(2) == GZIP_MAGIC
+        return gzip.open(path, "rb") if gzipped else open(path, "rb")
+    except OSError as error:
+        raise ShardError(f"{path}: cannot read ({error.strerror or error})") from None
+
+
+def unpacker(stream) -> msgpack.Unpacker:
+    return msgpack.Unpacker(stream, raw=False, max_buffer_size=256 << 20, read_size=1 << 20)
+
+
+def guarded(path, reader, *args):
+    """reader(*args), with the errors of a damaged file turned into a ShardError naming the file."""
+    try:
+        return reader(*args)
+    except ShardError:
+        raise
+    except CORRUPT_ERRORS as error:
+        raise corrupt(path, f"{error.__class__.__name__}: {error}") from None

@@ -1,0 +1,229 @@
+"""Turning samples into a prepared data set: the train/val/test split, static masking, the shards of
+one data set (SplitWriter), and what the two shard preparers share (arguments, checks, output).
+"""
+import argparse
+import re
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from config import DEFAULTS, RULES, validate
+from errors import UserError
+from masking import IGNORE_INDEX, MaskingRule, mask_tokens
+from shards import MASKING_FIELDS, MaskedSample, ShardWriter
+
+SPLITS = ("train", "val", "test")
+SPLIT_SHARES = (0.8, 0.1, 0.1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data split and static masking: pure functions of (seed, sample index), not of input chunking
+
+
+def splitmix64(values: np.ndarray) -> np.ndarray:
+    """A stateless 64-bit hash (splitmix64's finaliser), vectorised over uint64 values."""
+    with np.errstate(over="ignore"):
+        z = values.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def combine_seed(*parts: int) -> int:
+    """One 63-bit seed from several integers, each mixed in through splitmix64."""
+    state = np.array([0], dtype=np.uint64)
+    for part in parts:
+        state = splitmix64(state ^ np.array([part & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64))
+    return int(state[0]) & 0x7FFFFFFFFFFFFFFF
+
+
+def assign_splits(seed: int, sample_indices: np.ndarray) -> np.ndarray:
+    """Split code per sample (0 train, 1 val, 2 test; 80/10/10) from a hash of (seed, index)."""
+    base = np.uint64(combine_seed(seed))
+    with np.errstate(over="ignore"):
+        hashed = splitmix64(np.asarray(sample_indices, dtype=np.uint64) ^ base)
+    uniform = (hashed >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    return np.searchsorted(np.cumsum(SPLIT_SHARES)[:-1], uniform, side="right").astype(np.uint8)
+
+
+def shard_name(split: str, label: str, seq_len: int, seed: int, copy: int | None = None) -> str:
+    suffix = "" if copy is None else f"_{copy}"
+    return f"{split}_{label}_{seq_len}_{seed}{suffix}.msgpack.gz"
+
+
+class StaticMasker:
+    """Masks whole blocks with masking.mask_tokens, seeded by (seed, copy, split, block index)."""
+
+    def __init__(self, vocab, rule: MaskingRule, seed: int, split: str, copy: int | None = None):
+        self.vocab, self.rule = vocab, rule
+        self.seed, self.split_code, self.copy = seed, SPLITS.index(split), copy
+        self.special_ids = torch.tensor(vocab.special_ids)
+        self.is_continuation = torch.from_numpy(vocab.is_continuation)
+
+    def __call__(self, samples: list[np.ndarray], block_index: int) -> list[MaskedSample]:
+        lengths = np.array([len(sample) for sample in samples])
+        # Pad to the block's longest sample with [PAD], which mask_tokens never picks.
+        padded = np.full((len(samples), lengths.max()), self.vocab.pad_id, dtype=np.int64)
+        padded[np.arange(lengths.max()) < lengths[:, None]] = np.concatenate(samples)
+        generator = torch.Generator().manual_seed(
+            combine_seed(self.seed, -1 if self.copy is None else self.copy, self.split_code, block_index))
+        inputs, positions, labels = mask_tokens(torch.from_numpy(padded), self.special_ids, self.vocab.mask_id,
+                                                self.vocab.size, self.rule, generator, self.is_continuation)
+        # Store each sample's masked positions in ascending order.
+        used = labels != IGNORE_INDEX
+        order = torch.where(used, positions, padded.shape[1]).argsort(dim=1)
+        positions, labels = positions.gather(1, order).numpy(), labels.gather(1, order).numpy()
+        inputs, counts = inputs.numpy(), used.sum(1).numpy()
+        return [MaskedSample(inputs[i, :lengths[i]], positions[i, :counts[i]], labels[i, :counts[i]])
+                for i in range(len(samples))]
+
+
+# ---------------------------------------------------------------------------------------------
+# The shards of one data set
+
+
+class SplitWriter:
+    """The shards of one prepared data set: each sample goes to train, val or test by
+    assign_splits on its running index; with static masking, train may get several copies.
+
+    Files: OUTDIR/{split}_{label}_{seq_len}_{seed}.msgpack.gz, train copies ending _{copy}.
+    """
+
+    def __init__(self, out_dir, label: str, vocab, *, seq_len: int, seed: int, masking: str = "none",
+                 copies: int = 1, rule: MaskingRule | None = None, source_files=(), created_by: str = "",
+                 pairs: str = "none"):
+        self.out_dir, self.label, self.vocab = Path(out_dir), label, vocab
+        self.seq_len, self.seed, self.masking, self.copies = seq_len, seed, masking, copies
+        self.rule = rule or MaskingRule()  # used with static masking
+        self.common = {"source_files": source_files, "created_by": created_by, "pairs": pairs}
+        self.samples = np.zeros(len(SPLITS), dtype=np.int64)
+        self.tokens = 0
+        self.writers: dict[str, list[ShardWriter]] = {}
+        self.stack = ExitStack()
+
+    @property
+    def paths(self) -> list[Path]:
+        return [writer.path for writers in self.writers.values() for writer in writers]
+
+    def _writer(self, split: str, copy: int | None) -> ShardWriter:
+        masker = StaticMasker(self.vocab, self.rule, self.seed, split, copy) if self.masking == "static" else None
+        path = self.out_dir / shard_name(split, self.label, self.seq_len, self.seed, copy)
+        return ShardWriter(path, self.vocab, seq_len=self.seq_len, split=split, seed=self.seed, masker=masker,
+                           copy=copy, **self.common)
+
+    def __enter__(self):
+        with ExitStack() as stack:
+            for split in SPLITS:
+                copies = range(self.copies) if split == "train" and self.copies > 1 else [None]
+                self.writers[split] = [stack.enter_context(self._writer(split, copy)) for copy in copies]
+            self.stack = stack.pop_all()
+        return self
+
+    def add(self, samples) -> None:
+        """Append samples (1-D id arrays, [CLS] ... [SEP]) in their data set order."""
+        start = int(self.samples.sum())
+        codes = assign_splits(self.seed, np.arange(start, start + len(samples)))
+        for code, split in enumerate(SPLITS):
+            chosen = [samples[i] for i in np.flatnonzero(codes == code)]
+            for writer in self.writers[split]:
+                writer.add(chosen)
+            self.samples[code] += len(chosen)
+        self.tokens += sum(len(sample) for sample in samples)
+
+    def add_to_split(self, split: str, samples, pair_labels=None) -> None:
+        """Append samples to one split: sentence pairs are split by document, not by sample."""
+        for writer in self.writers[split]:
+            writer.add(samples, pair_labels)
+        self.samples[SPLITS.index(split)] += len(samples)
+        self.tokens += sum(len(sample) for sample in samples)
+
+    def __exit__(self, kind, error, traceback):
+        return self.stack.__exit__(kind, error, traceback)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the two shard preparers share: options, checks (all run before any file is written), output
+
+
+def add_shared_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-l", "--label", required=True, help="data set name used in the shard names, e.g. imdb")
+    parser.add_argument("-o", "--output", required=True, type=Path, help="directory for the shards")
+    parser.add_argument("-m", "--seq-len", type=int, default=128,
+                        help=f"tokens per sample including [CLS] and [SEP], {RULES['seq_len'].text} (default 128)")
+    parser.add_argument("-s", "--seed", type=int, default=123, help="seed of the split and masks (default 123)")
+    parser.add_argument("--masking", choices=("none", "static"), default="none",
+                        help="none: the trainer masks every batch afresh (default); static: store masks in the shards")
+    parser.add_argument("--copies", type=int, default=1,
+                        help="with --masking static: number of differently masked train shards (default 1)")
+    parser.add_argument("--mask-rate", type=float,
+                        help="with --masking static: share of the tokens picked for prediction (default 0.15)")
+    parser.add_argument("--whole-word-masking", action="store_true",
+                        help="with --masking static: pick whole words, a piece and the ## pieces after it")
+    parser.add_argument("--mask-replace-mask", type=float,
+                        help="with --masking static: share of the picked tokens shown as [MASK] (default 0.8)")
+    parser.add_argument("--mask-replace-random", type=float,
+                        help="with --masking static: share shown as a random token, the rest unchanged (default 0.1)")
+
+
+def check_shared_arguments(args) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9]+", args.label):
+        raise UserError(f"--label {args.label!r}: use letters and digits only (it becomes part of file names)")
+    if not RULES["seq_len"].check(args.seq_len):  # the samples must fit the config's seq-len
+        raise UserError(f"-m {args.seq_len}: expected a sequence length {RULES['seq_len'].text}")
+    if args.copies < 1:
+        raise UserError(f"--copies {args.copies}: expected at least 1")
+    if args.copies > 1 and args.masking != "static":
+        raise UserError(f"--copies {args.copies} needs --masking static (unmasked copies would be identical)")
+    if args.seed < 0:
+        raise UserError(f"--seed {args.seed}: expected a non-negative integer")
+    check_masking_arguments(args)
+
+
+def masking_flags(args) -> dict:
+    """The static-masking flags given, by the config keys they set (the header's MASKING_FIELDS)."""
+    given = {field: getattr(args, field) for field in MASKING_FIELDS}
+    if not given["whole_word_masking"]:  # a bare flag: False when not given
+        given["whole_word_masking"] = None
+    return {field: value for field, value in given.items() if value is not None}
+
+
+def check_masking_arguments(args) -> None:
+    """The static-masking flags: only with --masking static, checked by their config keys' rules
+    (each in range, mask-replace-mask plus mask-replace-random at most 1)."""
+    given = masking_flags(args)
+    options = {field: "--" + field.replace("_", "-") for field in given}
+    if given and args.masking != "static":
+        raise UserError(f"{next(iter(options.values()))} needs --masking static (the trainer masks unmasked shards "
+                        f"as its config says)")
+    validate(DEFAULTS | given, options, "command line")
+
+
+def masking_rule(args) -> MaskingRule | None:
+    """The masking.MaskingRule of a static run: the flags given, the config's defaults for the rest."""
+    if args.masking != "static":
+        return None
+    values = DEFAULTS | masking_flags(args)
+    return MaskingRule(mask_rate=values["mask_rate"], replace_with_mask=values["mask_replace_mask"],
+                       replace_with_random=values["mask_replace_random"], whole_word=values["whole_word_masking"])
+
+
+def prepare_output_dir(out_dir: Path) -> None:
+    """Create the directory and prove we can write there, before any work is done."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as error:
+        raise UserError(f"{out_dir}: cannot create or write the output directory ({error.strerror})") from None
+
+
+def split_summary(writer: SplitWriter) -> str:
+    return ", ".join(f"{split} {count:,}" for split, count in zip(SPLITS, writer.samples))
+
+
+def print_written(writer: SplitWriter) -> None:
+    for path in writer.paths:
+        print(f"wrote {path}")
