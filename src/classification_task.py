@@ -190,7 +190,7 @@ class ClassificationTask:
         for start in batches if count is None else batches[:count]:
             yield to_device(data.batch(rows[start:start + size], self.vocab.pad_id), self.device, False)
 
-    def loss(self, model, batch: dict, training: bool, generator=None):
+    def loss(self, model, batch: dict, generator=None):
         """Mean loss and [count, confusion matrix...] for accuracy and Matthews correlation."""
         logits, loss = model(batch["input_ids"], batch["labels"], attention_mask=batch["attention_mask"])
         confusion = confusion_matrix(logits.argmax(-1), batch["labels"], self.config.num_labels)

@@ -191,7 +191,7 @@ class MaskedLMTask:
                                                 self.vocab.size, self.rule, generator, self.is_continuation)
         return {"input_ids": inputs, "positions": positions, "labels": labels}
 
-    def loss(self, model, batch: dict, training: bool, generator: torch.Generator | None = None):
+    def loss(self, model, batch: dict, generator: torch.Generator | None = None):
         """Mean loss over masked positions (plus the sentence loss), and [count, hits] for accuracy
         (then [pairs, pair hits]); no host sync."""
         if "positions" not in batch:
@@ -290,7 +290,7 @@ class CausalLMTask(MaskedLMTask):
         following = torch.cat([input_ids[:, 1:], torch.full_like(input_ids[:, :1], self.vocab.pad_id)], dim=1)
         return following.masked_fill(following == self.vocab.pad_id, IGNORE_INDEX)
 
-    def loss(self, model, batch: dict, training: bool, generator: torch.Generator | None = None):
+    def loss(self, model, batch: dict, generator: torch.Generator | None = None):
         labels = self.next_tokens(batch["input_ids"])
         logits, loss = model(batch["input_ids"], labels, attention_mask=batch["attention_mask"])
         return loss, self.token_statistics(logits, labels)

@@ -221,21 +221,25 @@ def _max_id(shard: Shard) -> int:
     return max(int(shard.tokens.max()), labels_max)
 
 
+# The header fields a config sets, as users know them.
+CHECKED_FIELDS = {"seq_len": "seq-len", "vocab_size": "vocabulary size", "vocab_checksum": "vocabulary checksum"}
+
+
 def check_header(path, header: dict, expect: dict, max_id: int = -1) -> None:
     """Raise ShardError when the header disagrees with what the config expects."""
     legacy = header["format"] == LEGACY_FORMAT
-    for field in ("seq_len", "vocab_size", "vocab_checksum"):
+    for field, name in CHECKED_FIELDS.items():
         if expect.get(field) is None or header.get(field) is None:
             continue
         if legacy and field == "seq_len":
             if header[field] > expect[field]:
                 raise ShardError(f"{path}: longest sample has {header[field]} tokens in the shard "
-                                 f"but seq_len is {expect[field]} in the config")
+                                 f"but seq-len = {expect[field]} in the config")
         elif header[field] != expect[field]:
-            raise ShardError(f"{path}: {field} is {header[field]} in the shard but {expect[field]} in the config")
+            raise ShardError(f"{path}: {name} {header[field]} in the shard but {expect[field]} in the config")
     if legacy and expect.get("vocab_size") is not None and max_id >= expect["vocab_size"]:
-        raise ShardError(f"{path}: token id {max_id} in the shard but vocab_size is {expect['vocab_size']} "
-                         f"in the config")
+        raise ShardError(f"{path}: token id {max_id} in the shard but the vocabulary has {expect['vocab_size']} "
+                         f"tokens")
 
 
 def _validate_shard_header(path, header) -> None:
@@ -302,7 +306,7 @@ def _read_blocks(path: Path) -> Shard:
         offsets = _offsets(lengths.finish())
         tokens = tokens.finish()
     if len(offsets) > 1 and np.diff(offsets).max() > header["seq_len"]:
-        raise corrupt(path, f"a sample is longer than seq_len {header['seq_len']}")
+        raise corrupt(path, f"a sample is longer than the header's seq-len {header['seq_len']}")
     shard = _static_shard(path, header, tokens, offsets, counts, positions, labels) if static \
         else Shard(path, header, tokens, offsets)
     if paired:

@@ -49,9 +49,10 @@ class Task(Protocol):
     def eval_batches(self, split: str, count: int | None) -> Iterator[dict]:
         """The same device batches of a split at every call: the first `count`, or all for None."""
 
-    def loss(self, model: nn.Module, batch: dict, training: bool,
+    def loss(self, model: nn.Module, batch: dict,
              generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean loss and a vector of additive statistics whose first entry counts the predictions."""
+        """Mean loss and a vector of additive statistics whose first entry counts the predictions;
+        generator: for the masks a training batch draws (evaluation batches bring theirs)."""
 
     def metrics(self, loss: float, statistics: torch.Tensor) -> dict[str, float]:
         """Named metrics from the mean loss and the summed statistics of a split."""
@@ -237,7 +238,7 @@ class Trainer:
             last = micro == accumulation - 1
             with nullcontext() if last or self.world_size == 1 else run.compiled.no_sync():
                 with self.autocast:
-                    loss, _ = self.task.loss(run.compiled, batch, training=True, generator=run.mask_generator)
+                    loss, _ = self.task.loss(run.compiled, batch, generator=run.mask_generator)
                 run.scaler.scale(loss / accumulation).backward()
             meter.add(loss)
             run.finite &= torch.isfinite(loss.detach())
@@ -346,7 +347,7 @@ def evaluate(model: nn.Module, task: Task, batches, autocast) -> dict:
     loss_sum, totals = torch.zeros((), device=task.device, dtype=torch.float64), 0
     for batch in batches:
         with autocast:
-            loss, statistics = task.loss(model, batch, training=False)
+            loss, statistics = task.loss(model, batch)
         loss_sum += loss.double() * statistics[0]
         totals = totals + statistics.double()
     model.train()

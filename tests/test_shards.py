@@ -124,7 +124,8 @@ def test_header_mismatch_names_file_field_and_both_values(tmp_path, vocab, imdb_
     with pytest.raises(ShardError) as error:
         read_shard(path, expect)
     actual = {"seq_len": SEQ_LEN, "vocab_size": vocab.size, "vocab_checksum": vocab.checksum}[field]
-    assert str(error.value) == f"{path}: {field} is {actual} in the shard but {wrong} in the config"
+    name = {"seq_len": "seq-len", "vocab_size": "vocabulary size", "vocab_checksum": "vocabulary checksum"}[field]
+    assert str(error.value) == f"{path}: {name} {actual} in the shard but {wrong} in the config"
     read_shard(path, {key: value for key, value in expect.items() if key != field})  # the rest agrees
 
 
@@ -156,7 +157,7 @@ def test_legacy_shard_reads_as_packed(tmp_path, gzipped):
         for position, original in zip(shard.mask_positions[begin:end], shard.mask_labels[begin:end]):
             rebuilt[position] = int(original)
         assert rebuilt == label
-    with pytest.raises(ShardError, match="vocab_size is 1000"):
+    with pytest.raises(ShardError, match="the vocabulary has 1000 tokens"):
         read_shard(path, {"vocab_size": 1000})
 
 

@@ -55,9 +55,9 @@ def training_losses(monkeypatch) -> list[float]:
     losses = []
     original = MaskedLMTask.loss
 
-    def recording_loss(self, model, batch, training, generator=None):
-        result = original(self, model, batch, training, generator)
-        if training:
+    def recording_loss(self, model, batch, generator=None):
+        result = original(self, model, batch, generator)
+        if torch.is_grad_enabled():  # training, not evaluation
             losses.append(result[0].item())
         return result
 
@@ -235,12 +235,12 @@ def test_stop_file_ends_the_run_after_the_step_with_a_checkpoint(mlm_workdir, mo
     original = MaskedLMTask.loss
     calls = []
 
-    def loss_then_stop(self, model, batch, training, generator=None):
-        if training:
+    def loss_then_stop(self, model, batch, generator=None):
+        if torch.is_grad_enabled():  # training, not evaluation
             calls.append(1)
             if len(calls) == 3:
                 Path("stop").touch()  # during step 3
-        return original(self, model, batch, training, generator)
+        return original(self, model, batch, generator)
 
     monkeypatch.setattr(MaskedLMTask, "loss", loss_then_stop)
     run_dir = main.run(main.load_config(None, ["--max-iters", "1000"]), None, False)
@@ -292,9 +292,9 @@ def test_nan_loss_stops_with_one_line_and_keeps_the_good_checkpoint(mlm_workdir,
 
     original = MaskedLMTask.loss
 
-    def loss_turning_nan(self, model, batch, training, generator=None):
-        result = original(self, model, batch, training, generator)
-        return (result[0] * float("nan"), *result[1:]) if training else result
+    def loss_turning_nan(self, model, batch, generator=None):
+        result = original(self, model, batch, generator)
+        return (result[0] * float("nan"), *result[1:]) if torch.is_grad_enabled() else result
 
     monkeypatch.setattr(MaskedLMTask, "loss", loss_turning_nan)
     capsys.readouterr()
