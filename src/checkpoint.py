@@ -27,14 +27,15 @@ FREE_MODEL_FIELDS = ("dropout", "num_labels", "causal", "sentence_classes")
 
 def make_state(*, task: str, weights: dict, model_config: ModelConfig, vocab: Vocab, config: dict, step: int = 0,
                tokens: int = 0, optimizer: dict | None = None, data_position: dict | None = None,
-               rng_per_rank: list | None = None, best: float | None = None, **extra) -> dict:
+               rng_per_rank: list | None = None, best: float | None = None, elapsed: float = 0.0,
+               **extra) -> dict:
     """Everything a checkpoint holds: the model's weights (state dict) and architecture, the run's
-    settings (Config.to_dict()), and to resume, the optimizer, data position and one dict of
-    random states per rank."""
+    settings (Config.to_dict()), and to resume, the optimizer, data position, one dict of random
+    states per rank, and the seconds of training so far (what a time budget counts)."""
     return {"format": FORMAT, "task": task, "step": step, "tokens": tokens, "model": weights,
             "optimizer": optimizer, "config": config, "model_config": asdict(model_config),
             "vocab_checksum": vocab.checksum, "vocab": list(vocab.tokens), "data_position": data_position,
-            "rng_per_rank": rng_per_rank or [], "best": best, **extra}
+            "rng_per_rank": rng_per_rank or [], "best": best, "elapsed": elapsed, **extra}
 
 
 def save(path: Path, state: dict):

@@ -35,6 +35,19 @@ def within(low, high, brackets: str = "[]") -> Rule:
     return Rule(check, f"in {brackets[0]}{low}, {high}{brackets[1]}")
 
 
+DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smh])")
+SECONDS_PER_UNIT = {"s": 1, "m": 60, "h": 3600}
+
+
+def duration_seconds(text: str) -> float | None:
+    """Seconds in '90s', '30m', '1.5h' or '0' (no budget); None when the text is none of these."""
+    text = text.strip().lower()
+    if text in ("0", ""):
+        return 0.0
+    match = DURATION.fullmatch(text)
+    return float(match.group(1)) * SECONDS_PER_UNIT[match.group(2)] if match else None
+
+
 def one_of(*choices: str) -> Rule:
     return Rule(lambda value: value in choices, "one of " + ", ".join(choices))
 
@@ -87,6 +100,8 @@ RULES = {
     "num_labels": at_least(2),
     "dist_master_port": within(1, 65535),
     "max_checkpoints": at_least(1),
+    "time_budget": Rule(lambda value: duration_seconds(value) is not None,
+                        "a duration such as 90s, 30m or 2h (0: no budget)"),
 }
 
 
@@ -118,6 +133,9 @@ CROSS_FIELD_RULES = (
     f"min-learning-rate = {v['min_learning_rate']} is above learning-rate = {v['learning_rate']}",
     lambda v: None if v["lr_decay_iters"] >= v["warmup_iters"] else
     f"lr-decay-iters = {v['lr_decay_iters']} is below warmup-iters = {v['warmup_iters']}",
+    lambda v: None if not duration_seconds(v["time_budget"]) or v["max_iters"] >= v["warmup_iters"] else
+    f"time-budget = {v['time_budget']} with max-iters = {v['max_iters']} below warmup-iters = {v['warmup_iters']}: "
+    f"the run would stop before warming up",
 )
 
 
@@ -152,7 +170,10 @@ class Config:
     min_learning_rate: float = 1e-5
     warmup_iters: int = 100
     lr_decay_iters: int = 10_000
-    max_iters: int = 10_000
+    max_iters: int = 10_000  # with a time budget: a cap on the steps, the budget decides the schedule
+    # Training time for the whole run ("30m"); the learning rate decays with the share spent and the
+    # run ends when it is. Validation is not charged. 0: no budget, max-iters and lr-decay-iters rule.
+    time_budget: str = "0"
     weight_decay: float = 0.01
     beta1: float = 0.9
     beta2: float = 0.999
@@ -191,6 +212,11 @@ class Config:
     @property
     def runs_dir(self) -> Path:
         return Path(self.base_dir) / "runs"
+
+    @property
+    def budget_seconds(self) -> float:
+        """time-budget in seconds; 0 when there is none."""
+        return duration_seconds(self.time_budget)
 
     @property
     def feed_forward_size(self) -> int:

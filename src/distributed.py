@@ -62,6 +62,15 @@ def any_rank(flag: bool) -> bool:
     return bool(tensor.item())
 
 
+def from_rank0(value: float) -> float:
+    """Rank 0's value on every rank: its clock decides when a time budget is spent."""
+    if not dist.is_initialized():
+        return value
+    tensor = torch.tensor([value], dtype=torch.float64)
+    dist.broadcast(tensor, src=0, group=_control_group)
+    return tensor.item()
+
+
 def all_ranks(flag: torch.Tensor) -> torch.Tensor:
     """A bool device tensor, True only where it is True on every rank (the finite-loss check)."""
     if not dist.is_initialized():

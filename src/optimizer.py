@@ -22,6 +22,23 @@ def make_optimizer(model: nn.Module, config: Config, log) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, **kwargs)
 
 
+def learning_rate(step: int, spent: float, config: Config) -> float:
+    """The rate for `step`: by the share of the time budget spent (0..1) when the config has a
+    budget, else by the step."""
+    return budget_lr(step, spent, config) if config.budget_seconds else cosine_lr(step, config)
+
+
+def budget_lr(step: int, spent: float, config: Config) -> float:
+    """Learning rate under a time budget: cosine from learning-rate down to min-learning-rate as the
+    share of the budget spent goes from 0 to 1, so the floor comes exactly when time runs out, as
+    Cramming's budget schedules do; a linear ramp over the first warmup-iters steps scales it in."""
+    ramp = min(1.0, (step + 1) / (config.warmup_iters + 1))
+    progress = min(max(spent, 0.0), 1.0)
+    decayed = config.min_learning_rate + 0.5 * (1 + math.cos(math.pi * progress)) * (
+        config.learning_rate - config.min_learning_rate)
+    return ramp * decayed
+
+
 def cosine_lr(step: int, config: Config) -> float:
     """Learning rate at `step`: linear warmup to learning-rate over warmup-iters, then cosine
     decay to min-learning-rate at lr-decay-iters, then constant."""

@@ -46,3 +46,24 @@ class Throughput:
         mfu = self.flops_per_token * tokens_per_sec / self.world_size / self.peak_flops
         self.reset(step, tokens)
         return mean_loss, tokens_per_sec, mfu
+
+
+class Clock:
+    """Training time of a run: seconds so far, from a resumed run's count on, pauses left out."""
+    now = staticmethod(time.monotonic)  # tests put a fake clock here
+
+    def __init__(self, elapsed: float = 0.0):
+        self.before = elapsed
+        self.started = self.now()
+
+    def elapsed(self) -> float:
+        return self.before + self.now() - self.started
+
+    @contextmanager
+    def paused(self):
+        """Time inside is not charged: validation and its checkpoints."""
+        self.before = self.elapsed()
+        try:
+            yield
+        finally:
+            self.started = self.now()

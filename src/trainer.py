@@ -26,8 +26,8 @@ from config import Config
 from errors import UserError
 from model import count_parameters, flops_per_token
 from run_log import RunLog, create_run_dir
-from optimizer import cosine_lr, make_optimizer
-from throughput import Throughput
+from optimizer import learning_rate, make_optimizer
+from throughput import Clock, Throughput
 from vocab import Vocab
 
 
@@ -79,6 +79,8 @@ class Run:
     tokens: int = 0  # input positions trained on, all ranks, padding included (from shapes: no sync)
     position: dict | None = None  # of the data stream, for exact resume
     best: float | None = None
+    elapsed: float = 0.0  # seconds of training, validation left out: what a time budget counts
+    lr: float = 0.0  # of the last step
 
     @property
     def checkpoints(self) -> Path | None:
@@ -149,7 +151,7 @@ class Trainer:
             log(f"note: the checkpoint holds random states for {len(states)} process(es); "
                 f"ranks {len(states)} and up start from fresh seeds")
         run.step, run.best, run.position = saved["step"], saved["best"], saved["data_position"]
-        run.tokens = saved.get("tokens", 0)
+        run.tokens, run.elapsed = saved.get("tokens", 0), saved.get("elapsed", 0.0)
         log(f"resuming {path} at step {run.step}")
         self.announce(run)
         return run
@@ -202,22 +204,25 @@ class Trainer:
         config = self.config
         batches = hardware.prefetch(self.task.train_batches(run.position), self.device, config.async_to_device)
         meter = self.throughput_meter(run)
+        clock = Clock(run.elapsed)
         progress = tqdm(total=config.max_iters, initial=run.step, dynamic_ncols=True,
                         disable=None if self.rank == 0 else True)  # None: a bar on terminals only
-        while run.step < config.max_iters:
+        while not self.finished(run):
             self.train_step(run, batches, meter)
+            run.elapsed = distributed.from_rank0(clock.elapsed())  # one clock decides, on every rank
             progress.update(1)
-            at_log = run.step % config.log_interval == 0 or run.step == config.max_iters
-            at_val = run.step % config.val_interval == 0 or run.step == config.max_iters
+            finished = self.finished(run)
+            at_log = run.step % config.log_interval == 0 or finished
+            at_val = run.step % config.val_interval == 0 or finished
             stopping = distributed.any_rank(stop.requested())  # all ranks stop at the same step
             # The one host sync between log lines, on purpose: reading the finite flag.
             if (at_log or at_val or stopping) and not distributed.all_ranks(run.finite).item():
                 raise UserError(f"loss is not finite (nan or inf) near step {run.step}: run stopped; "
                                 f"the last good checkpoint is in {run.checkpoints}")
             if at_log:
-                progress.set_postfix(loss=f"{self.log_training(run, meter):.3f}")
+                progress.set_postfix(self.log_training(run, meter))
             if at_val:
-                with meter.paused():
+                with meter.paused(), clock.paused():
                     self.validate(run)
             if stopping:
                 if not at_val:
@@ -226,12 +231,21 @@ class Trainer:
                 run.log(f"stopped by {reason} at step {run.step}; checkpoint saved in {run.checkpoints}")
                 break
         progress.close()
+        if config.budget_seconds and run.elapsed >= config.budget_seconds:
+            run.log(f"time-budget = {config.time_budget} spent at step {run.step}")
+
+    def finished(self, run: Run) -> bool:
+        """At max-iters, or when the time budget is spent."""
+        budget = self.config.budget_seconds
+        return run.step >= self.config.max_iters or bool(budget and run.elapsed >= budget)
 
     def train_step(self, run: Run, batches, meter: "Throughput"):
         """One optimizer step over grad-accum-steps micro-batches; no host sync."""
         config, accumulation = self.config, self.config.grad_accum_steps
+        budget = config.budget_seconds
+        run.lr = learning_rate(run.step, run.elapsed / budget if budget else 0.0, config)
         for group in run.optimizer.param_groups:
-            group["lr"] = cosine_lr(run.step, config)
+            group["lr"] = run.lr
         for micro in range(accumulation):
             run.position, batch = next(batches)
             run.tokens += batch["input_ids"].numel() * self.world_size
@@ -260,14 +274,20 @@ class Trainer:
         per_token = flops_per_token(unwrap(run.model).config, self.config.seq_len, self.task.predictions_per_token)
         return Throughput(per_token, peak, self.world_size, self.device, run.step, run.tokens)
 
-    def log_training(self, run: Run, meter: Throughput) -> float:
-        """The train line and scalars since the last one; returns the mean loss."""
+    def log_training(self, run: Run, meter: Throughput) -> dict[str, str]:
+        """The train line and scalars since the last one; returns what the progress bar shows."""
         loss, tokens_per_sec, mfu = meter.read(run.step, run.tokens)
-        lr = cosine_lr(run.step - 1, self.config)
-        run.log(f"step {run.step} | loss {loss:.4f} | lr {lr:.2e} | {tokens_per_sec:,.0f} tok/s | mfu {mfu:.1%}")
-        run.log.scalars(run.step, {"train/loss": loss, "train/lr": lr, "train/tokens": run.tokens,
-                                   "train/tokens_per_sec": tokens_per_sec, "train/mfu": mfu})
-        return loss
+        line = f"step {run.step} | loss {loss:.4f} | lr {run.lr:.2e} | {tokens_per_sec:,.0f} tok/s | mfu {mfu:.1%}"
+        shown = {"loss": f"{loss:.3f}"}
+        if self.config.budget_seconds:
+            left = max(0.0, self.config.budget_seconds - run.elapsed)
+            shown["left"] = f"{int(left // 60)}:{int(left % 60):02d}"
+            line += f" | {shown['left']} of time-budget left"
+        run.log(line)
+        run.log.scalars(run.step, {"train/loss": loss, "train/lr": run.lr, "train/tokens": run.tokens,
+                                   "train/tokens_per_sec": tokens_per_sec, "train/mfu": mfu,
+                                   "train/elapsed": run.elapsed})
+        return shown
 
     def validate(self, run: Run):
         """Validation metrics in the log, predictions shown, best.pt and checkpoint.pt saved."""
@@ -301,7 +321,7 @@ class Trainer:
                 task=self.task.name, weights=unwrap(run.model).state_dict(), model_config=unwrap(run.model).config,
                 vocab=self.task.vocab, config=self.config.to_dict(),
                 step=run.step, tokens=run.tokens, optimizer=run.optimizer.state_dict(),
-                data_position=run.position, rng_per_rank=rng_per_rank, best=run.best)
+                data_position=run.position, rng_per_rank=rng_per_rank, best=run.best, elapsed=run.elapsed)
             if kind == "best":
                 checkpoints.save(directory / "best.pt", state)
             else:

@@ -1,0 +1,104 @@
+"""time-budget: the key, the schedule as a pure function of the share spent, stopping with a
+checkpoint when the budget is spent (a fake clock: one second per training step, validation
+free), resume continuing the count, and two DDP ranks stopping together on rank 0's clock."""
+import pytest
+
+import checkpoint as checkpoints
+import hardware
+import main
+import throughput
+from config import Config, load_config
+from errors import UserError
+from mlm_task import MaskedLMTask
+from optimizer import budget_lr, learning_rate
+from test_distributed import run_main
+from trainer import Trainer
+
+
+@pytest.mark.parametrize("text, seconds", [("90s", 90), ("30m", 1800), ("1.5h", 5400), ("2H", 7200), ("0", 0)])
+def test_durations(text, seconds):
+    assert Config(time_budget=text).budget_seconds == seconds
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["--time-budget", "90"], "--time-budget 90: expected a duration such as 90s, 30m or 2h (0: no budget)"),
+    (["--time-budget", "-5m"], "--time-budget -5m: expected a duration"),
+    (["--time-budget", "soon"], "--time-budget soon: expected a duration"),
+    (["--time-budget", "30m", "--max-iters", "50", "--warmup-iters", "100"],
+     "time-budget = 30m with max-iters = 50 below warmup-iters = 100: the run would stop before warming up"),
+])
+def test_bad_budgets_get_one_line(tmp_path, overrides, message):
+    (tmp_path / "config.ini").write_text("")
+    with pytest.raises(UserError) as error:
+        load_config(tmp_path / "config.ini", overrides)
+    assert message in str(error.value)
+
+
+def test_budget_schedule_follows_the_share_spent_and_reaches_the_floor_at_the_end():
+    config = Config(time_budget="10m", learning_rate=1e-3, min_learning_rate=1e-4, warmup_iters=9)
+    assert budget_lr(0, 0.0, config) == pytest.approx(1e-4)  # the first tenth of the ramp
+    assert budget_lr(9, 0.0, config) == pytest.approx(1e-3)  # warmed up, nothing spent: the peak
+    assert budget_lr(500, 0.5, config) == pytest.approx((1e-3 + 1e-4) / 2)  # halfway: the cosine's middle
+    assert budget_lr(10**6, 1.0, config) == pytest.approx(1e-4)
+    assert budget_lr(10**6, 1.7, config) == pytest.approx(1e-4)  # past the end: stays at the floor
+    after_warmup = [budget_lr(100, spent / 20, config) for spent in range(21)]
+    assert after_warmup == sorted(after_warmup, reverse=True)
+    # The step does not matter past warmup; without a budget the step does.
+    assert learning_rate(50, 0.3, config) == learning_rate(5000, 0.3, config)
+    assert learning_rate(50, 0.3, Config()) != learning_rate(5000, 0.3, Config())
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    """Training time that moves one second per training micro-step and not at all elsewhere, while
+    each validation takes 100 real-looking seconds that must not be charged."""
+    now = [0.0]
+    monkeypatch.setattr(throughput.Clock, "now", staticmethod(lambda: now[0]))
+    monkeypatch.setattr(hardware, "measure_matmul_flops", lambda device, dtype: 1e12)
+    original_loss, original_validate = MaskedLMTask.loss, Trainer.validate
+
+    def loss(self, model, batch, generator=None):
+        if model.training:
+            now[0] += 1.0
+        return original_loss(self, model, batch, generator)
+
+    def validate(self, run):
+        now[0] += 100.0
+        return original_validate(self, run)
+
+    monkeypatch.setattr(MaskedLMTask, "loss", loss)
+    monkeypatch.setattr(Trainer, "validate", validate)
+    return now
+
+
+def test_run_stops_when_the_budget_is_spent_with_a_checkpoint(mlm_workdir, fake_clock):
+    run_dir = main.run(load_config(None, ["--time-budget", "10s", "--max-iters", "1000", "--val-interval", "4"]),
+                       None, False)
+    saved = checkpoints.load(run_dir / "checkpoints" / "checkpoint.pt")
+    assert saved["step"] == 10 and saved["elapsed"] == 10.0  # validations at 4 and 8 were not charged
+    assert (run_dir / "checkpoints" / "best.pt").is_file()
+    log = (run_dir / "logs" / "log.txt").read_text(encoding="utf-8")
+    assert "step 10 | val loss" in log and "time-budget = 10s spent at step 10" in log
+    assert "0:05 of time-budget left" in log  # after step 5
+    assert saved["optimizer"]["param_groups"][0]["lr"] == pytest.approx(
+        learning_rate(9, 9 / 10, Config(time_budget="10s", learning_rate=2e-3, min_learning_rate=2e-4,
+                                        warmup_iters=10)))
+
+
+def test_resume_continues_the_time_already_spent(mlm_workdir, fake_clock):
+    budget = ["--time-budget", "10s", "--warmup-iters", "2"]
+    run_dir = main.run(load_config(None, budget + ["--max-iters", "4"]), None, False)
+    path = run_dir / "checkpoints" / "checkpoint.pt"
+    assert checkpoints.load(path)["elapsed"] == 4.0
+    main.run(load_config(None, budget + ["--max-iters", "1000"]), path, False)
+    resumed = checkpoints.load(path)
+    assert resumed["step"] == 10 and resumed["elapsed"] == 10.0
+
+
+def test_two_ranks_stop_together_on_rank_0s_clock(mlm_workdir):
+    result = run_main(mlm_workdir, "--time-budget", "4s", "--max-iters", "100000", "--val-interval", "100000")
+    assert result.returncode == 0, result.stderr
+    saved = checkpoints.load(mlm_workdir / "runs" / "run0" / "checkpoints" / "checkpoint.pt")
+    assert saved["elapsed"] >= 4.0 and len(saved["rng_per_rank"]) == 2
+    log = (mlm_workdir / "runs" / "run0" / "logs" / "log.txt").read_text(encoding="utf-8")
+    assert f"time-budget = 4s spent at step {saved['step']}" in log
