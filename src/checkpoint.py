@@ -116,3 +116,19 @@ def run_dir_of(path: Path) -> Path | None:
     """The run a checkpoint belongs to: runs/runN/checkpoints/checkpoint.pt -> runs/runN."""
     parent = path.resolve().parent
     return parent.parent if parent.name == "checkpoints" else None
+
+
+def random_states(mask_generator: torch.Generator) -> dict:
+    """This process's random states: what a checkpoint keeps per rank for exact resume."""
+    state = {"torch": torch.get_rng_state(), "mask": mask_generator.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def restore_random_states(state: dict, mask_generator: torch.Generator):
+    """One rank's random states, as random_states() saved them."""
+    torch.set_rng_state(state["torch"])
+    mask_generator.set_state(state["mask"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])

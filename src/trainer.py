@@ -146,7 +146,7 @@ class Trainer:
         run.optimizer.load_state_dict(saved["optimizer"])
         states = saved["rng_per_rank"]  # one per rank that saved it
         if self.rank < len(states):
-            restore_rng(states[self.rank], run.mask_generator)
+            checkpoints.restore_random_states(states[self.rank], run.mask_generator)
         else:
             log(f"note: the checkpoint holds random states for {len(states)} process(es); "
                 f"ranks {len(states)} and up start from fresh seeds")
@@ -309,7 +309,7 @@ class Trainer:
     def save(self, run: Run, kind: str):
         """best.pt, or checkpoint.pt with the older ones rotated; rank 0 writes, with every
         rank's random states, and the others wait until it has."""
-        rng_per_rank = [rng_state(run.mask_generator)]
+        rng_per_rank = [checkpoints.random_states(run.mask_generator)]
         if torch.distributed.is_initialized():
             gathered = [None] * self.world_size
             torch.distributed.all_gather_object(gathered, rng_per_rank[0])
@@ -415,18 +415,3 @@ def unwrap(model: nn.Module) -> nn.Module:
     model = getattr(model, "_orig_mod", model)
     model = getattr(model, "module", model)
     return getattr(model, "_orig_mod", model)
-
-
-def rng_state(mask_generator: torch.Generator) -> dict:
-    state = {"torch": torch.get_rng_state(), "mask": mask_generator.get_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def restore_rng(state: dict, mask_generator: torch.Generator):
-    """One rank's random states (rng_state's dict)."""
-    torch.set_rng_state(state["torch"])
-    mask_generator.set_state(state["mask"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
