@@ -24,7 +24,9 @@ from errors import UserError, exit_on_user_error  # noqa: E402
 from hf_weights import to_hf  # noqa: E402
 from vocab import Vocab  # noqa: E402
 
-ARCHITECTURES = {"mlm": "BertForMaskedLM"} | {task: "BertForSequenceClassification" for task in CLASSIFICATION_TASKS}
+# An ELECTRA checkpoint exports its discriminator, the encoder that fine-tuning keeps.
+ARCHITECTURES = ({"mlm": "BertForMaskedLM", "electra": "BertModel"}
+                 | {task: "BertForSequenceClassification" for task in CLASSIFICATION_TASKS})
 # Model settings transformers' BERT cannot express, with the value BERT has.
 BERT_ONLY = {"norm": "postln", "position": "learned", "feed_forward": "gelu"}
 
@@ -49,7 +51,7 @@ def hf_config(checkpoint: dict) -> dict:
               "max_position_embeddings": model["max_len"], "type_vocab_size": model["segments"],
               "layer_norm_eps": model["layer_norm_eps"], "pad_token_id": model["pad_id"],
               "initializer_range": 0.02, "position_embedding_type": "absolute"}
-    if checkpoint["task"] != "mlm":
+    if checkpoint["task"] in CLASSIFICATION_TASKS:
         config["id2label"] = {str(i): f"LABEL_{i}" for i in range(model["num_labels"])}
         config["label2id"] = {f"LABEL_{i}": i for i in range(model["num_labels"])}
     return config
@@ -72,7 +74,10 @@ def export(checkpoint_path: Path, out_dir: Path):
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise UserError(f"{out_dir}: cannot create output directory ({error.strerror})") from None
-    weights = to_hf(checkpoint["model"])
+    weights = checkpoint["model"]
+    if ARCHITECTURES[checkpoint["task"]] == "BertModel":
+        weights = {name: tensor for name, tensor in weights.items() if name.startswith("encoder.")}
+    weights = to_hf(weights)
     atomic_write(out_dir / "model.safetensors", lambda temp: save_file(weights, temp, metadata={"format": "pt"}))
     files = {"config.json": json.dumps(hf_config(checkpoint), indent=2) + "\n",
              **tokenizer_files(Vocab(tuple(checkpoint["vocab"])), checkpoint["model_config"]["max_len"])}
@@ -83,7 +88,8 @@ def export(checkpoint_path: Path, out_dir: Path):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cp", type=Path, required=True, help="our checkpoint (mlm, sst2 or classify)")
+    parser.add_argument("--cp", type=Path, required=True,
+                        help="our checkpoint (mlm, sst2, classify, or electra: its discriminator)")
     parser.add_argument("-o", "--output", type=Path, required=True, help="directory to write")
     return parser.parse_args(argv)
 

@@ -22,7 +22,7 @@ MODEL_DEFAULTS = {field.name: field.default for field in fields(ModelConfig)}
 MODEL_FIELD_NAMES = {"max_len": "position table size", "vocab_size": "vocabulary size", "pad_id": "[PAD] id",
                      "layer_norm_eps": "layer-norm epsilon", "segments": "segment vocabulary size"}
 # Free to differ between a checkpoint and the run starting from it: pre-training heads come and go.
-FREE_MODEL_FIELDS = ("dropout", "num_labels", "causal", "sentence_classes")
+FREE_MODEL_FIELDS = ("dropout", "num_labels", "causal", "sentence_classes", "generator_heads")
 
 
 def make_state(*, task: str, weights: dict, model_config: ModelConfig, vocab: Vocab, config: dict, step: int = 0,

@@ -54,7 +54,7 @@ def one_of(*choices: str) -> Rule:
 
 # The tasks; main.py maps each name to its task class.
 CLASSIFICATION_TASKS = ("sst2", "classify")
-TASK_TYPES = ("mlm", "clm", *CLASSIFICATION_TASKS)
+TASK_TYPES = ("mlm", "clm", "electra", *CLASSIFICATION_TASKS)
 # The model variants; model.py checks ModelConfig against the same tuples.
 NORMS = ("postln", "preln", "rmsnorm")
 POSITIONS = ("learned", "rope")
@@ -100,6 +100,8 @@ RULES = {
     "num_labels": at_least(2),
     "dist_master_port": within(1, 65535),
     "max_checkpoints": at_least(1),
+    "generator_width": within(0, 1, "(]"),
+    "detection_weight": above(0),
     "time_budget": Rule(lambda value: duration_seconds(value) is not None,
                         "a duration such as 90s, 30m or 2h (0: no budget)"),
 }
@@ -142,7 +144,7 @@ CROSS_FIELD_RULES = (
 @dataclass(frozen=True)
 class Config:
     """Every setting of a run. INI keys are the field names with '-' for '_'."""
-    task_type: str = "mlm"  # mlm/clm: masked/causal LM pre-training; sst2/classify: single-sentence classification
+    task_type: str = "mlm"  # mlm/clm/electra: pre-training; sst2/classify: single-sentence classification
     seq_len: int = 128
     batch_size: int = 32  # per process
     # Classification: training batches of similar-length sentences (less padding); MLM samples
@@ -161,6 +163,10 @@ class Config:
     position: str = "learned"  # learned absolute positions (BERT), or rope (rotary, in attention)
     feed_forward: str = "gelu"  # gelu (BERT), or geglu (gated GELU)
     sentence_objective: str = "none"  # with task-type mlm: nsp (next sentence) or sop (sentence order)
+    # task-type electra: the generator has this share of the heads (at least one, each as wide, the
+    # same depth), and the loss is generator MLM + detection-weight x replaced-token detection.
+    generator_width: float = 0.25
+    detection_weight: float = 50.0
     async_to_device: bool = True
     fused_adamw: bool = True
     compile: bool = False

@@ -17,6 +17,7 @@ import torch
 import distributed
 from classification_task import ClassificationTask
 from config import Config, load_config
+from electra_task import ElectraTask
 from errors import UserError, exit_on_user_error
 from hardware import select_device
 from mlm_task import CausalLMTask, MaskedLMTask
@@ -24,7 +25,8 @@ from trainer import Trainer
 from vocab import load_vocab
 
 # config.TASK_TYPES names them; the trainer knows a task only through trainer.Task.
-TASKS = {"mlm": MaskedLMTask, "clm": CausalLMTask, "sst2": ClassificationTask, "classify": ClassificationTask}
+TASKS = {"mlm": MaskedLMTask, "clm": CausalLMTask, "electra": ElectraTask, "sst2": ClassificationTask,
+         "classify": ClassificationTask}
 
 
 def parse_args(argv):

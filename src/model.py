@@ -3,10 +3,11 @@
 BERT as published is the default: learned positions, post-LayerNorm layers, GELU feed-forward.
 ModelConfig switches each part: norm (preln, rmsnorm), position (rope), feed_forward (geglu),
 causal attention (for causal LM). Then the models: BertForMaskedLM, BertForPreTraining (MLM +
-a next-sentence or sentence-order head), BertForCausalLM, BertForSequenceClassification.
+a next-sentence or sentence-order head), BertForCausalLM, ElectraForPreTraining (replaced-token
+detection), BertForSequenceClassification.
 model_config() builds a ModelConfig from the run's Config in one step.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +36,7 @@ class ModelConfig:
     feed_forward: str = "gelu"  # gelu: BERT's; geglu: gated, GELU(x W) * (x V)
     causal: bool = False  # each position attends to itself and earlier ones only
     sentence_classes: int = 0  # BertForPreTraining: 2 for next-sentence or sentence-order prediction
+    generator_heads: int = 0  # ElectraForPreTraining: the generator's heads, of the same width as ours
 
     def __post_init__(self):
         for name, choices in (("norm", NORMS), ("position", POSITIONS), ("feed_forward", FEED_FORWARDS)):
@@ -59,7 +61,13 @@ def model_config(config: Config, vocab, max_len: int | None = None) -> ModelConf
                        dropout=config.dropout, pad_id=vocab.pad_id, num_labels=config.num_labels,
                        norm=config.norm, position=config.position, feed_forward=config.feed_forward,
                        causal=config.task_type == "clm",
-                       sentence_classes=0 if config.sentence_objective == "none" else 2)
+                       sentence_classes=0 if config.sentence_objective == "none" else 2,
+                       generator_heads=generator_heads(config) if config.task_type == "electra" else 0)
+
+
+def generator_heads(config: Config) -> int:
+    """ELECTRA's generator: generator-width of the discriminator's heads (at least one), each as wide."""
+    return max(1, round(config.heads * config.generator_width))
 
 
 def make_norm(config: ModelConfig) -> nn.Module:
@@ -165,19 +173,21 @@ class EncoderLayer(nn.Module):
 
 
 class Encoder(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, embeddings: bool = True):
+        """embeddings=False: layers only, for inputs embedded elsewhere (ELECTRA's generator)."""
         super().__init__()
         self.causal = config.causal
-        self.embeddings = Embeddings(config)
+        self.embeddings = Embeddings(config) if embeddings else None
         self.rotary = Rotary(config) if config.position == "rope" else None
         self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_layer))
         # Pre-norm leaves the residual stream unnormalised: one norm after the last layer.
         self.final_norm = make_norm(config) if config.pre_norm else None
 
-    def forward(self, input_ids, attention_mask=None, segment_ids=None):
-        """attention_mask: bool [batch, length], True for real tokens; None when nothing is padded."""
+    def forward(self, input_ids, attention_mask=None, segment_ids=None, embedded=None):
+        """attention_mask: bool [batch, length], True for real tokens; None when nothing is padded.
+        embedded: inputs already embedded, in place of input_ids."""
         attention_mask = self.attention_mask(attention_mask)
-        x = self.embeddings(input_ids, segment_ids)
+        x = self.embeddings(input_ids, segment_ids) if embedded is None else embedded
         for layer in self.layers:
             x = layer(x, attention_mask, self.rotary)
         return x if self.final_norm is None else self.final_norm(x)
@@ -208,11 +218,12 @@ def init_weights(module: nn.Module):
 
 
 class MaskedLMHead(nn.Module):
-    """Dense, GELU, LayerNorm, then a decoder tied to the token embedding, with its own bias."""
+    """Dense, GELU, LayerNorm, then a decoder tied to the token embedding, with its own bias.
+    input_width: of the hidden states it reads, when not d-model (ELECTRA's generator)."""
 
-    def __init__(self, config: ModelConfig, token_embedding: nn.Embedding):
+    def __init__(self, config: ModelConfig, token_embedding: nn.Embedding, input_width: int | None = None):
         super().__init__()
-        self.dense = nn.Linear(config.d_model, config.d_model)
+        self.dense = nn.Linear(input_width or config.d_model, config.d_model)
         self.norm = make_norm(config)
         self.token_embedding = token_embedding
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
@@ -290,6 +301,53 @@ class BertForCausalLM(nn.Module):
         return logits, None if labels is None else token_loss(logits, labels)
 
 
+def generator_config(config: ModelConfig) -> ModelConfig:
+    """ELECTRA's generator: the same depth and head width, generator_heads heads, a feed-forward
+    scaled alike; no generator of its own."""
+    head_width = config.d_model // config.heads
+    return replace(config, d_model=config.generator_heads * head_width, heads=config.generator_heads,
+                   d_ff=max(8, config.d_ff * config.generator_heads // config.heads), generator_heads=0)
+
+
+class ElectraForPreTraining(nn.Module):
+    """Replaced-token detection (ELECTRA, Clark et al. 2020). A small generator, an MLM reading our
+    embeddings, fills the masked positions with its samples; the encoder, the discriminator that
+    fine-tuning keeps, tells for every token whether it was replaced: every token teaches."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        if not config.generator_heads:
+            raise ValueError("ElectraForPreTraining needs ModelConfig(generator_heads > 0)")
+        self.config = config
+        self.encoder = Encoder(config)
+        self.detector = nn.Sequential(nn.Linear(config.d_model, config.d_model), nn.GELU(),
+                                      nn.Linear(config.d_model, 1))
+        generator = generator_config(config)
+        self.generator_input = nn.Linear(config.d_model, generator.d_model)  # the shared embeddings, narrowed
+        self.generator = Encoder(generator, embeddings=False)
+        self.generator_head = MaskedLMHead(config, self.encoder.embeddings.token, input_width=generator.d_model)
+        self.apply(init_weights)
+
+    def forward(self, input_ids, positions, labels, original_ids, attention_mask=None, segment_ids=None,
+                sampling: torch.Generator | None = None):
+        """input_ids: masked; labels: the original ids at `positions` (IGNORE_INDEX in unused slots).
+        Returns the generator's logits at the masked positions [batch, P, vocab], the detector's
+        logit per token [batch, length] and the discriminator's input: the originals with the
+        generator's samples at the masked positions (a sample may be the original token)."""
+        embedded = self.encoder.embeddings(input_ids, segment_ids)
+        generated = self.generator(None, attention_mask, embedded=self.generator_input(embedded))
+        index = positions.unsqueeze(-1).expand(-1, -1, generated.shape[-1])
+        generator_logits = self.generator_head(generated.gather(1, index))
+        with torch.no_grad():  # the discriminator's input is data, not a path for gradients
+            noise = torch.rand(generator_logits.shape, generator=sampling, device=generator_logits.device)
+            sampled = (generator_logits.float() - torch.log(-torch.log(noise.clamp_min(1e-20)))).argmax(-1)
+            used = labels != IGNORE_INDEX
+            fill = torch.where(used, sampled, original_ids.gather(1, positions))
+            corrupted = original_ids.scatter(1, positions, fill)
+        detector_logits = self.detector(self.encoder(corrupted, attention_mask, segment_ids)).squeeze(-1)
+        return generator_logits, detector_logits, corrupted
+
+
 class BertForSequenceClassification(nn.Module):
     """BERT's pooler (dense + tanh on [CLS]), dropout, and a linear classifier."""
 
@@ -321,9 +379,20 @@ def flops_per_token(config: ModelConfig, seq_len: int, predictions_per_token: fl
     scores and mixing (2 * 2 * seq_len * d, counted whole with a causal mask too); the head
     runs on `predictions_per_token` of the tokens.
     """
-    d, layers = config.d_model, config.n_layer
-    feed_forward = (3 if config.feed_forward == "geglu" else 2) * d * config.d_ff
-    encoder = layers * (2 * (4 * d * d + feed_forward) + 4 * seq_len * d)
+    d = config.d_model
     head = predictions_per_token * 2 * (d * d + d * config.vocab_size)
-    return 3 * (encoder + head)
+    forward = encoder_flops(config, seq_len) + head
+    if config.generator_heads:  # ELECTRA: the generator with its head as input, the detector on every token
+        generator = generator_config(config)
+        g = generator.d_model
+        forward += 2 * d * g + encoder_flops(generator, seq_len) + 2 * (d * d + d)
+        forward += predictions_per_token * 2 * (g * d - d * d)  # its head reads g, not d, features
+    return 3 * forward
+
+
+def encoder_flops(config: ModelConfig, seq_len: int) -> float:
+    """Forward matmul FLOPs per token of the encoder layers."""
+    d = config.d_model
+    feed_forward = (3 if config.feed_forward == "geglu" else 2) * d * config.d_ff
+    return config.n_layer * (2 * (4 * d * d + feed_forward) + 4 * seq_len * d)
 

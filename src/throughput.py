@@ -1,4 +1,5 @@
-"""Training loss, tokens/s and MFU between two log lines, with pauses (validation) left out."""
+"""Training loss and the task's statistics, tokens/s and MFU between two log lines, with pauses
+(validation) left out; and the clock a time budget counts."""
 import time
 from contextlib import contextmanager
 
@@ -6,7 +7,8 @@ import torch
 
 
 class Throughput:
-    """Sums the loss on the device (no host sync per step) and reads the figures at a log line."""
+    """Sums the loss and the task's statistics on the device (no host sync per step) and reads the
+    figures at a log line."""
 
     def __init__(self, flops_per_token: float, peak_flops: float, world_size: int, device: torch.device,
                  step: int, tokens: int):
@@ -19,11 +21,13 @@ class Throughput:
 
     def reset(self, step: int, tokens: int):
         self.loss_sum.zero_()
+        self.statistics = 0
         self.micro_steps = 0
         self.since, self.since_step, self.since_tokens, self.pause = time.perf_counter(), step, tokens, 0.0
 
-    def add(self, loss: torch.Tensor):
+    def add(self, loss: torch.Tensor, statistics: torch.Tensor):
         self.loss_sum += loss.detach().float()
+        self.statistics = self.statistics + statistics.detach().double()
         self.micro_steps += 1
 
     @contextmanager
@@ -34,18 +38,20 @@ class Throughput:
         finally:
             self.pause += time.perf_counter() - started
 
-    def read(self, step: int, tokens: int) -> tuple[float, float, float]:
-        """Mean loss over all ranks' micro-batches, tokens/s of all ranks, and MFU per rank since the
-        last read; then starts counting afresh."""
+    def read(self, step: int, tokens: int) -> tuple[float, torch.Tensor, float, float]:
+        """Mean loss over all ranks' micro-batches, their summed statistics (on the CPU), tokens/s
+        of all ranks, and MFU per rank since the last read; then starts counting afresh."""
         elapsed = time.perf_counter() - self.since - self.pause
+        statistics = self.statistics
         if torch.distributed.is_initialized():
             torch.distributed.all_reduce(self.loss_sum)
+            torch.distributed.all_reduce(statistics)
             self.loss_sum /= self.world_size
         mean_loss = self.loss_sum.item() / self.micro_steps
         tokens_per_sec = (tokens - self.since_tokens) / elapsed
         mfu = self.flops_per_token * tokens_per_sec / self.world_size / self.peak_flops
         self.reset(step, tokens)
-        return mean_loss, tokens_per_sec, mfu
+        return mean_loss, statistics.cpu(), tokens_per_sec, mfu
 
 
 class Clock:

@@ -252,9 +252,9 @@ class Trainer:
             last = micro == accumulation - 1
             with nullcontext() if last or self.world_size == 1 else run.compiled.no_sync():
                 with self.autocast:
-                    loss, _ = self.task.loss(run.compiled, batch, generator=run.mask_generator)
+                    loss, statistics = self.task.loss(run.compiled, batch, generator=run.mask_generator)
                 run.scaler.scale(loss / accumulation).backward()
-            meter.add(loss)
+            meter.add(loss, statistics)
             run.finite &= torch.isfinite(loss.detach())
         if config.grad_clip > 0:
             run.scaler.unscale_(run.optimizer)
@@ -276,17 +276,19 @@ class Trainer:
 
     def log_training(self, run: Run, meter: Throughput) -> dict[str, str]:
         """The train line and scalars since the last one; returns what the progress bar shows."""
-        loss, tokens_per_sec, mfu = meter.read(run.step, run.tokens)
+        loss, statistics, tokens_per_sec, mfu = meter.read(run.step, run.tokens)
+        metrics = {name: value for name, value in self.task.metrics(loss, statistics).items() if name != "loss"}
         line = f"step {run.step} | loss {loss:.4f} | lr {run.lr:.2e} | {tokens_per_sec:,.0f} tok/s | mfu {mfu:.1%}"
+        line += "".join(f" | {name} {value:.4f}" for name, value in metrics.items())
         shown = {"loss": f"{loss:.3f}"}
         if self.config.budget_seconds:
             left = max(0.0, self.config.budget_seconds - run.elapsed)
             shown["left"] = f"{int(left // 60)}:{int(left % 60):02d}"
             line += f" | {shown['left']} of time-budget left"
         run.log(line)
-        run.log.scalars(run.step, {"train/loss": loss, "train/lr": run.lr, "train/tokens": run.tokens,
-                                   "train/tokens_per_sec": tokens_per_sec, "train/mfu": mfu,
-                                   "train/elapsed": run.elapsed})
+        scalars = {"loss": loss, "lr": run.lr, "tokens": run.tokens, "tokens_per_sec": tokens_per_sec,
+                   "mfu": mfu, "elapsed": run.elapsed} | metrics
+        run.log.scalars(run.step, {f"train/{name}": value for name, value in scalars.items()})
         return shown
 
     def validate(self, run: Run):

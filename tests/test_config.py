@@ -196,7 +196,7 @@ def test_unknown_key_names_file_line_and_suggests(tmp_path):
     ("mask-rate = 0", "mask-rate = 0.0: expected a number in (0, 1)"),
     ("learning-rate = 0", "learning-rate = 0.0: expected a number > 0"),
     ("dist-master-port = 70000", "dist-master-port = 70000: expected an integer in [1, 65535]"),
-    ("task-type = bert", "task-type = 'bert': expected one of mlm, clm, sst2, classify"),
+    ("task-type = bert", "task-type = 'bert': expected one of mlm, clm, electra, sst2, classify"),
     ("device = gpu", "device = 'gpu': expected auto, cpu, cuda or cuda:N"),
     ("compile = maybe", "compile = 'maybe': expected a boolean"),
 ])

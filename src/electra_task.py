@@ -1,0 +1,78 @@
+"""Replaced-token detection, ELECTRA's pre-training (trainer.Task): the MLM task's shards and
+masks; a generator fills the masks, the encoder learns to tell every replaced token."""
+import torch
+import torch.nn.functional as F
+
+from hardware import to_device
+from masking import IGNORE_INDEX
+from mlm_task import MaskedLMTask
+from model import ElectraForPreTraining, model_config, token_loss
+
+
+class ElectraTask(MaskedLMTask):
+    """The loss is the generator's MLM loss plus detection-weight times the detector's binary
+    cross-entropy over every real token. Validation reports both, the generator's masked-token
+    accuracy and the detection accuracy."""
+    name = "electra"
+
+    def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
+        super().__init__(config, vocab, device, rank, world_size)
+        self.evaluation_sampling = torch.Generator(device=device)
+
+    def build_model(self, max_len: int | None = None) -> ElectraForPreTraining:
+        return ElectraForPreTraining(model_config(self.config, self.vocab, max_len))
+
+    def eval_batches(self, split: str, count: int | None):
+        """Fixed batches with the same masks and the same generator samples at every evaluation."""
+        self.evaluation_sampling.manual_seed(self.config.seed + 1)
+        generator = torch.Generator(device=self.device).manual_seed(self.config.seed)
+        for batch in self.data(split).fixed_batches(count):
+            batch = to_device(batch, self.device, non_blocking=False)
+            yield {**batch, "original_ids": batch["input_ids"], **self.mask(batch["input_ids"], generator)}
+
+    def loss(self, model, batch: dict, generator: torch.Generator | None = None):
+        """Mean loss, and [masked tokens, generator hits, real tokens, detector hits, generator loss
+        sum, detection loss sum, replaced tokens]; no host sync."""
+        if "original_ids" not in batch:  # a training batch: mask it now
+            batch = {**batch, "original_ids": batch["input_ids"], **self.mask(batch["input_ids"], generator)}
+        labels = batch["labels"]
+        generator_logits, detector_logits, corrupted = model(
+            batch["input_ids"], batch["positions"], labels, batch["original_ids"],
+            attention_mask=batch["attention_mask"], sampling=generator or self.evaluation_sampling)
+        replaced = corrupted != batch["original_ids"]
+        real = (torch.ones_like(replaced) if batch["attention_mask"] is None else batch["attention_mask"]).float()
+        detection = F.binary_cross_entropy_with_logits(detector_logits.float(), replaced.float(), reduction="none")
+        detection_loss = (detection * real).sum() / real.sum()
+        generator_loss = token_loss(generator_logits, labels)
+        loss = generator_loss + self.config.detection_weight * detection_loss
+        masked = (labels != IGNORE_INDEX).sum().float()
+        generator_hits = ((generator_logits.argmax(-1) == labels) & (labels != IGNORE_INDEX)).sum().float()
+        detector_hits = (((detector_logits > 0) == replaced).float() * real).sum()
+        statistics = torch.stack([masked, generator_hits, real.sum(), detector_hits,
+                                  generator_loss.detach().float() * masked, detection_loss.detach() * real.sum(),
+                                  (replaced.float() * real).sum()])
+        return loss, statistics
+
+    def metrics(self, loss: float, statistics: torch.Tensor) -> dict:
+        masked, generator_hits, real, detector_hits, generator_loss, detection_loss, replaced = statistics.tolist()
+        return {"loss": loss, "accuracy": generator_hits / masked, "generator_loss": generator_loss / masked,
+                "detection_loss": detection_loss / real, "detection_accuracy": detector_hits / real,
+                "replaced": replaced / real}
+
+    @torch.no_grad()
+    def show_predictions(self, model, autocast) -> str:
+        """The first validation sample as the discriminator saw it: /replaced/ tokens, and *flagged* ones."""
+        batch = {name: value[:1] if value is not None else None
+                 for name, value in next(self.eval_batches("val", 1)).items()}
+        model.eval()
+        with autocast:
+            _, detector_logits, corrupted = model(batch["input_ids"], batch["positions"], batch["labels"],
+                                                  batch["original_ids"], attention_mask=batch["attention_mask"],
+                                                  sampling=self.evaluation_sampling)
+        model.train()
+        original, corrupted = batch["original_ids"][0].tolist(), corrupted[0].tolist()
+        flagged = (detector_logits[0] > 0).tolist()
+        replaced_at = {position: token for position, token in enumerate(corrupted) if token != original[position]}
+        flagged_at = {position: token for position, token in enumerate(corrupted) if flagged[position]}
+        return (f"replaced:  {self.render(corrupted, replaced_at)}\n"
+                f"flagged:   {self.render(corrupted, flagged_at)}")
