@@ -123,7 +123,7 @@ class Trainer:
     def new_run(self, start: dict | None, start_path: Path | None) -> Run:
         """A run in a new directory, from fresh weights or from those of `start`."""
         model = self.build_model(start)
-        run_dir = self.shared(create_run_dir(Path(self.config.runs_dir).absolute()) if self.rank == 0 else None)
+        run_dir = self.new_run_dir()
         log = RunLog(run_dir if self.rank == 0 else None, self.config)
         if start is not None:
             checkpoints.check_compatible(start_path, start, self.task.vocab, model.config)
@@ -138,9 +138,7 @@ class Trainer:
         model = self.build_model(saved)
         checkpoints.check_compatible(path, saved, self.task.vocab, model.config)
         model.load_state_dict(saved["model"])
-        run_dir = checkpoints.run_dir_of(path)
-        if run_dir is None:
-            run_dir = self.shared(create_run_dir(Path(self.config.runs_dir).absolute()) if self.rank == 0 else None)
+        run_dir = checkpoints.run_dir_of(path) or self.new_run_dir()
         log = RunLog(run_dir if self.rank == 0 else None, self.config)
         run = self.open_run(model, run_dir, log)
         run.optimizer.load_state_dict(saved["optimizer"])
@@ -162,13 +160,12 @@ class Trainer:
         max_len = checkpoint["model_config"]["max_len"] if checkpoint else None
         return self.task.build_model(max_len).to(self.device)
 
-    def shared(self, run_dir: Path | None) -> Path | None:
-        """Rank 0's run directory, on every rank."""
+    def new_run_dir(self) -> Path:
+        """runs/runN, made by rank 0 and known to every rank."""
+        run_dir = [create_run_dir(Path(self.config.runs_dir).absolute()) if self.rank == 0 else None]
         if torch.distributed.is_initialized():
-            shared = [run_dir]
-            torch.distributed.broadcast_object_list(shared, src=0)
-            run_dir = shared[0]
-        return run_dir
+            torch.distributed.broadcast_object_list(run_dir, src=0)
+        return run_dir[0]
 
     def open_run(self, model: nn.Module, run_dir: Path, log: RunLog) -> Run:
         """The run around a model: compiled and wrapped for DDP where asked, its optimizer."""
