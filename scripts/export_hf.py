@@ -28,7 +28,7 @@ from vocab import Vocab  # noqa: E402
 ARCHITECTURES = ({"mlm": "BertForMaskedLM", "electra": "BertModel"}
                  | {task: "BertForSequenceClassification" for task in CLASSIFICATION_TASKS})
 # Model settings transformers' BERT cannot express, with the value BERT has.
-BERT_ONLY = {"norm": "postln", "position": "learned", "feed_forward": "gelu"}
+BERT_ONLY = {"norm": "postln", "position": "learned", "feed_forward": "gelu", "pooling": "cls"}
 
 
 def check_exportable(path: Path, checkpoint: dict):

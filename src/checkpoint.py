@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from atomic import atomic_write
+from config import CLASSIFICATION_TASKS
 from errors import UserError
 from model import ModelConfig
 from vocab import Vocab
@@ -74,8 +75,8 @@ def check_compatible(path: Path, checkpoint: dict, vocab: Vocab, current: ModelC
         raise UserError(f"{path}: made with another vocabulary than {vocab.path} (checksum differs)")
     saved = checkpoint["model_config"]
     for key, value in asdict(current).items():
-        if key in FREE_MODEL_FIELDS:
-            continue
+        if key in FREE_MODEL_FIELDS or (key == "pooling" and checkpoint["task"] not in CLASSIFICATION_TASKS):
+            continue  # a classifier's pooling is chosen when fine-tuning starts
         stored = saved.get(key, MODEL_DEFAULTS.get(key))  # a key it lacks: the default, BERT's
         if stored != value:
             name = MODEL_FIELD_NAMES.get(key, key.replace("_", "-"))

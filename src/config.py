@@ -59,6 +59,7 @@ TASK_TYPES = ("mlm", "clm", "electra", *CLASSIFICATION_TASKS)
 NORMS = ("postln", "preln", "rmsnorm")
 POSITIONS = ("learned", "rope")
 FEED_FORWARDS = ("gelu", "geglu")
+POOLINGS = ("cls", "mean")
 SENTENCE_OBJECTIVES = ("none", "nsp", "sop")  # also what a shard's sentence pairs are labelled for
 
 # One table for every per-field check; fields not listed accept any value of their type.
@@ -79,6 +80,7 @@ RULES = {
     "position": one_of(*POSITIONS),
     "feed_forward": one_of(*FEED_FORWARDS),
     "sentence_objective": one_of(*SENTENCE_OBJECTIVES),
+    "pooling": one_of(*POOLINGS),
     "dtype": one_of("auto", "bfloat16", "float16", "float32"),
     "device": Rule(lambda value: re.fullmatch(r"auto|cpu|cuda(:\d+)?", value) is not None,
                    "auto, cpu, cuda or cuda:N"),
@@ -199,6 +201,7 @@ class Config:
     val_dataset_pattern: str = "val_*.msgpack"
     test_dataset_pattern: str = "test_*.msgpack"
     num_labels: int = 2
+    pooling: str = "cls"  # sst2/classify: what the classifier reads, cls (BERT) or mean (of the real tokens)
     dist_master_addr: str = "127.0.0.1"
     dist_master_port: int = 12233
     max_checkpoints: int = 1

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from config import FEED_FORWARDS, NORMS, POSITIONS, Config, attention_shape_problem
+from config import FEED_FORWARDS, NORMS, POOLINGS, POSITIONS, Config, attention_shape_problem
 from errors import UserError
 from masking import IGNORE_INDEX
 
@@ -37,9 +37,11 @@ class ModelConfig:
     causal: bool = False  # each position attends to itself and earlier ones only
     sentence_classes: int = 0  # BertForPreTraining: 2 for next-sentence or sentence-order prediction
     generator_heads: int = 0  # ElectraForPreTraining: the generator's heads, of the same width as ours
+    pooling: str = "cls"  # BertForSequenceClassification: cls (BERT) or mean of the real tokens' states
 
     def __post_init__(self):
-        for name, choices in (("norm", NORMS), ("position", POSITIONS), ("feed_forward", FEED_FORWARDS)):
+        for name, choices in (("norm", NORMS), ("position", POSITIONS), ("feed_forward", FEED_FORWARDS),
+                              ("pooling", POOLINGS)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} {getattr(self, name)!r} is not one of {choices}")
         problem = attention_shape_problem(self.d_model, self.heads, self.position)
@@ -62,7 +64,8 @@ def model_config(config: Config, vocab, max_len: int | None = None) -> ModelConf
                        norm=config.norm, position=config.position, feed_forward=config.feed_forward,
                        causal=config.task_type == "clm",
                        sentence_classes=0 if config.sentence_objective == "none" else 2,
-                       generator_heads=generator_heads(config) if config.task_type == "electra" else 0)
+                       generator_heads=generator_heads(config) if config.task_type == "electra" else 0,
+                       pooling=config.pooling)
 
 
 def generator_heads(config: Config) -> int:
@@ -349,7 +352,12 @@ class ElectraForPreTraining(nn.Module):
 
 
 class BertForSequenceClassification(nn.Module):
-    """BERT's pooler (dense + tanh on [CLS]), dropout, and a linear classifier."""
+    """BERT's pooler (dense + tanh) on [CLS], or on the mean of the real tokens' states; dropout,
+    and a linear classifier.
+
+    Mean pooling reads every token: after a short pre-training the encoder may give nearly the
+    same state at every position (the unigram plateau), and [CLS] alone then carries half the
+    difference between sentences that it does at random weights; fine-tuning can stall there."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -362,10 +370,19 @@ class BertForSequenceClassification(nn.Module):
 
     def forward(self, input_ids, labels=None, attention_mask=None, segment_ids=None):
         hidden = self.encoder(input_ids, attention_mask, segment_ids)
-        pooled = torch.tanh(self.pooler(hidden[:, 0]))
+        pooled = torch.tanh(self.pooler(self.summary(hidden, attention_mask)))
         logits = self.classifier(self.dropout(pooled))
         loss = None if labels is None else F.cross_entropy(logits.float(), labels)
         return logits, loss
+
+    def summary(self, hidden, attention_mask):
+        """One vector per sentence: [CLS]'s state, or the mean over real tokens."""
+        if self.config.pooling == "cls":
+            return hidden[:, 0]
+        if attention_mask is None:
+            return hidden.mean(1)
+        real = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * real).sum(1) / real.sum(1)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -87,6 +87,26 @@ def test_classifier_pools_cls_and_learns():
     assert losses[-1] < 0.1 < losses[0]
 
 
+def test_mean_pooling_reads_the_real_tokens_only():
+    torch.manual_seed(0)
+    mean, cls = (BertForSequenceClassification(small_config(pooling=pooling)).eval() for pooling in ("mean", "cls"))
+    cls.load_state_dict(mean.state_dict())  # the same weights: only what the pooler reads differs
+    ids = torch.randint(5, 300, (2, 12))
+    padded = torch.cat([ids, torch.zeros(2, 6, dtype=torch.long)], dim=1)
+    real = padded != 0
+    with torch.no_grad():
+        short, _ = mean(ids)
+        long, _ = mean(padded, attention_mask=real)
+        hidden = mean.encoder(ids)
+        expected = mean.classifier(torch.tanh(mean.pooler(hidden.mean(1))))
+        from_cls, _ = cls(ids)
+    torch.testing.assert_close(long, short, rtol=1e-5, atol=1e-5)  # padding changes nothing
+    torch.testing.assert_close(short, expected)
+    assert not torch.allclose(from_cls, short)
+    with pytest.raises(ValueError, match="pooling"):
+        small_config(pooling="max")
+
+
 def test_heads_must_divide_width():
     with pytest.raises(ValueError, match="divisible"):
         small_config(d_model=100, heads=3)
