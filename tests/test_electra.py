@@ -1,5 +1,6 @@
 """ELECTRA (task-type = electra): the model's corruption, learning on real text, exact resume,
 two processes, fine-tuning from its discriminator, and export of that encoder to transformers."""
+import math
 import shutil
 
 import pytest
@@ -63,10 +64,11 @@ def test_electra_learns_to_detect_replaced_tokens(mlm_workdir):
     assert len(validations) == 3
     final = {part.split()[1]: float(part.split()[2]) for part in validations[-1].split(" | ")[1:]}
     start = {part.split()[1]: float(part.split()[2]) for part in validations[0].split(" | ")[1:]}
-    assert final["loss"] < start["loss"]
-    # Better than always answering "original", which is right on every token not replaced.
-    assert final["detection_accuracy"] > 1 - final["replaced"] + 0.01
-    assert 0 < final["replaced"] < 0.25
+    assert final["loss"] < start["loss"] and final["generator_loss"] < start["generator_loss"]
+    # Better than the base rate: a detector that knows only the share replaced scores its entropy.
+    share = final["replaced"]
+    assert 0 < share < 0.25
+    assert final["detection_loss"] < -(share * math.log(share) + (1 - share) * math.log(1 - share)) - 0.003
     assert "| generator_loss " in log and "| detection_accuracy " in log  # training lines show both parts
     assert "replaced:  " in log and "flagged:   " in log
 
