@@ -5,6 +5,7 @@ A checkpoint is a dict saved with torch.save. Its "optimizer" is None for a star
 (scripts/import_hf.py's output) rather than a run to resume.
 """
 import os
+import shutil
 from dataclasses import asdict, fields
 from pathlib import Path
 
@@ -101,13 +102,25 @@ def load_pretrained(model: nn.Module, checkpoint: dict, path: Path, log):
     log(f"  not used: {', '.join(unused) or 'nothing'}")
 
 
-def rotate(directory: Path, keep: int):
-    """checkpoint.pt is the latest; keep-1 older ones stay as checkpoint-STEP.pt."""
+def save_latest(directory: Path, state: dict, keep: int):
+    """checkpoint.pt := state; with keep > 1 the one it replaces stays as checkpoint-STEP.pt, and
+    keep-1 such older ones are kept. Once written, checkpoint.pt exists at every moment: the new
+    file is complete on disk before the old one gets its second name (a hard link) and before the
+    rename makes the new one the latest."""
     latest = directory / "checkpoint.pt"
-    if keep > 1 and latest.exists():
-        # mmap: reads the step without loading the tensors
-        step = torch.load(latest, map_location="cpu", weights_only=True, mmap=True)["step"]
-        os.replace(latest, directory / f"checkpoint-{step}.pt")
+
+    def keep_previous():
+        if keep > 1 and latest.exists():
+            # mmap: reads the step without loading the tensors
+            step = torch.load(latest, map_location="cpu", weights_only=True, mmap=True)["step"]
+            previous = directory / f"checkpoint-{step}.pt"
+            previous.unlink(missing_ok=True)
+            try:
+                os.link(latest, previous)
+            except OSError:  # a file system without hard links
+                shutil.copyfile(latest, previous)
+
+    atomic_write(latest, lambda temp: torch.save(state, temp), before_rename=keep_previous)
     older = sorted(directory.glob("checkpoint-*.pt"), key=lambda p: int(p.stem.split("-")[1]))
     for stale in older[:max(0, len(older) - (keep - 1))]:
         stale.unlink()

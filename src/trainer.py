@@ -6,6 +6,7 @@ Read top to bottom: what a task provides, what a run carries, starting or resumi
 the loop, and the helpers it uses.
 """
 import json
+import math
 import signal
 import sys
 from contextlib import nullcontext
@@ -21,7 +22,7 @@ from tqdm import tqdm
 import checkpoint as checkpoints
 import distributed
 import hardware
-from atomic import atomic_write
+from atomic import atomic_write, remove_stale_temps
 from config import Config
 from errors import UserError
 from model import count_parameters, flops_per_token
@@ -139,6 +140,8 @@ class Trainer:
         checkpoints.check_compatible(path, saved, self.task.vocab, model.config)
         model.load_state_dict(saved["model"])
         run_dir = checkpoints.run_dir_of(path) or self.new_run_dir()
+        if self.rank == 0:
+            remove_stale_temps(run_dir / "checkpoints")
         log = RunLog(run_dir if self.rank == 0 else None, self.config)
         run = self.open_run(model, run_dir, log)
         run.optimizer.load_state_dict(saved["optimizer"])
@@ -295,6 +298,9 @@ class Trainer:
         model = run.compiled.module if isinstance(run.compiled, DistributedDataParallel) else run.compiled
         metrics = evaluate(model, task, task.eval_batches("val", self.config.val_iters), self.autocast)
         run.log(f"step {run.step} | " + " | ".join(f"val {name} {value:.4f}" for name, value in metrics.items()))
+        if not math.isfinite(metrics["loss"]):  # never a best checkpoint, nor one to resume
+            raise UserError(f"validation loss is not finite (nan or inf) at step {run.step}: run stopped; "
+                            f"the last good checkpoint is in {run.checkpoints}")
         scalars = {f"val/{name}": value for name, value in metrics.items()} | {"val/tokens": run.tokens}
         run.log.scalars(run.step, scalars)
         if self.rank == 0:
@@ -324,8 +330,7 @@ class Trainer:
             if kind == "best":
                 checkpoints.save(directory / "best.pt", state)
             else:
-                checkpoints.rotate(directory, self.config.max_checkpoints)
-                checkpoints.save(directory / "checkpoint.pt", state)
+                checkpoints.save_latest(directory, state, self.config.max_checkpoints)
         if torch.distributed.is_initialized():
             torch.distributed.barrier()
 

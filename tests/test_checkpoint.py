@@ -1,11 +1,15 @@
 """The checkpoint format on its own: safe loading, compatibility messages in INI keys, rotation,
 the --cp rule, and checkpoints in the earlier layout (with an "rng" entry) still resuming."""
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 import checkpoint as checkpoints
+from atomic import remove_stale_temps
 import main
 from config import Config
 from errors import UserError
@@ -87,11 +91,33 @@ def test_restore_model_gives_the_saved_model_and_vocabulary(tmp_path):
 
 def test_rotation_keeps_the_newest_under_their_steps(tmp_path):
     for step in (10, 20, 30, 40):
-        checkpoints.rotate(tmp_path, keep=3)
-        checkpoints.save(tmp_path / "checkpoint.pt", small_state(step=step))
+        checkpoints.save_latest(tmp_path, small_state(step=step), keep=3)
     assert sorted(path.name for path in tmp_path.glob("*.pt")) == [
         "checkpoint-20.pt", "checkpoint-30.pt", "checkpoint.pt"]
     assert checkpoints.load(tmp_path / "checkpoint.pt")["step"] == 40
+    assert checkpoints.load(tmp_path / "checkpoint-30.pt")["step"] == 30
+
+
+def test_a_kill_while_rotating_leaves_the_latest_in_place(tmp_path, monkeypatch):
+    checkpoints.save_latest(tmp_path, small_state(step=10), keep=3)
+
+    def killed(*args):
+        raise KeyboardInterrupt  # the process dies between the new file and the rename
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoints.save_latest(tmp_path, small_state(step=20), keep=3)
+    monkeypatch.undo()
+    assert checkpoints.load(tmp_path / "checkpoint.pt")["step"] == 10  # README's resume command works
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_temp_files_of_dead_processes_are_removed(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f".checkpoint.pt.{dead.stdout.strip()}.tmp"
+    ours = tmp_path / f".checkpoint.pt.{os.getpid()}.tmp"
+    stale.write_bytes(b"half"), ours.write_bytes(b"being written")
+    remove_stale_temps(tmp_path)
+    assert not stale.exists() and ours.exists()
 
 
 def test_run_dir_of_a_checkpoint():

@@ -310,6 +310,26 @@ def test_nan_loss_stops_with_one_line_and_keeps_the_good_checkpoint(mlm_workdir,
     assert sorted(path.name for path in checkpoints.iterdir()) == ["best.pt", "checkpoint.pt"]
 
 
+def test_nan_validation_loss_stops_and_never_becomes_best(mlm_workdir, monkeypatch, capsys, skip_flops_measurement):
+    run_to(2, "--val-interval", "2")
+    checkpoints = mlm_workdir / "runs" / "run0" / "checkpoints"
+    good = {name: (checkpoints / name).read_bytes() for name in ("checkpoint.pt", "best.pt")}
+    original = MaskedLMTask.loss
+
+    def validation_turning_nan(self, model, batch, generator=None):
+        result = original(self, model, batch, generator)
+        return result if torch.is_grad_enabled() else (result[0] * float("nan"), *result[1:])
+
+    monkeypatch.setattr(MaskedLMTask, "loss", validation_turning_nan)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        run_to(8, "--cp", "runs/run0/checkpoints/checkpoint.pt", "--val-interval", "4")
+    assert exit_info.value.code == 2
+    error_lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1 and "validation loss is not finite" in error_lines[0] and "step 4" in error_lines[0]
+    assert {name: (checkpoints / name).read_bytes() for name in good} == good
+
+
 # ----------------------------------------------------------------------------- test split
 
 def test_test_flag_prints_and_saves_test_metrics(mlm_trained_run, monkeypatch, capsys, keep_signal_handlers):
