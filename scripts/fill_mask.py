@@ -52,6 +52,8 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     model, vocab, _ = restore_model(args.cp, {"mlm": BertForMaskedLM})
+    if not 1 <= args.top_k <= vocab.size:
+        raise UserError(f"-k {args.top_k}: expected 1 to {vocab.size} (the vocabulary's size)")
     for text in args.text:
         print(text)
         for number, candidates in enumerate(fill_mask(model, vocab, text, args.top_k), start=1):

@@ -345,6 +345,8 @@ def parse_overrides(args: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
                 text = "true"
             else:
                 raise UserError(f"{option}: missing value")
+        if name in values:  # as in a file: the same key twice is a mistake, not an override
+            raise UserError(f"{option}: given twice on the command line")
         values[name], origins[name] = typed_value(name, text, option), option
     return values, origins
 

@@ -252,6 +252,7 @@ def test_override_can_fix_an_invalid_file_value(tmp_path):
     (["--seq-len", "--compile"], "--seq-len: missing value"),
     (["--dropout=1.5"], "--dropout 1.5: expected a number in [0, 1)"),
     (["seq-len", "64"], "'seq-len': expected an option like --key value"),
+    (["--max-iters", "7", "--max_iters", "9"], "--max-iters: given twice on the command line"),
 ])
 def test_override_errors(tmp_path, overrides, expected):
     assert load_error(tmp_path, "", overrides) == expected
