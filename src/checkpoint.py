@@ -6,6 +6,7 @@ A checkpoint is a dict saved with torch.save. Its "optimizer" is None for a star
 """
 import os
 import shutil
+import warnings
 from dataclasses import asdict, fields
 from pathlib import Path
 
@@ -49,7 +50,9 @@ def load(path: Path) -> dict:
     if not path.is_file():
         raise UserError(f"{path}: checkpoint not found")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # a damaged file can make torch warn too: the error line says it all
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises many kinds for a bad file
         raise UserError(f"{path}: not a readable checkpoint ({error.__class__.__name__})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
