@@ -24,6 +24,8 @@ MODEL_DEFAULTS = {field.name: field.default for field in fields(ModelConfig)}
 # ModelConfig fields as users know them: INI keys, or what sets them.
 MODEL_FIELD_NAMES = {"max_len": "position table size", "vocab_size": "vocabulary size", "pad_id": "[PAD] id",
                      "layer_norm_eps": "layer-norm epsilon", "segments": "segment vocabulary size"}
+# What every checkpoint holds, imported ones included; the rest is read with defaults.
+REQUIRED_KEYS = ("task", "step", "model", "optimizer", "model_config", "vocab_checksum", "vocab", "config")
 # Free to differ between a checkpoint and the run starting from it: pre-training heads come and go.
 FREE_MODEL_FIELDS = ("dropout", "num_labels", "causal", "sentence_classes", "generator_heads")
 
@@ -57,6 +59,9 @@ def load(path: Path) -> dict:
         raise UserError(f"{path}: not a readable checkpoint ({error.__class__.__name__})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise UserError(f"{path}: not a checkpoint of this program (format {FORMAT} expected)")
+    missing = [key for key in REQUIRED_KEYS if key not in state]
+    if missing:
+        raise UserError(f"{path}: a damaged checkpoint, without {', '.join(missing)}")
     return state
 
 

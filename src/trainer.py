@@ -145,13 +145,13 @@ class Trainer:
         log = RunLog(run_dir if self.rank == 0 else None, self.config)
         run = self.open_run(model, run_dir, log)
         run.optimizer.load_state_dict(saved["optimizer"])
-        states = saved["rng_per_rank"]  # one per rank that saved it
+        states = saved.get("rng_per_rank", [])  # one per rank that saved it
         if self.rank < len(states):
             checkpoints.restore_random_states(states[self.rank], run.mask_generator)
         else:
             log(f"note: the checkpoint holds random states for {len(states)} process(es); "
                 f"ranks {len(states)} and up start from fresh seeds")
-        run.step, run.best, run.position = saved["step"], saved["best"], saved["data_position"]
+        run.step, run.best, run.position = saved["step"], saved.get("best"), saved.get("data_position")
         run.tokens, run.elapsed = saved.get("tokens", 0), saved.get("elapsed", 0.0)
         log(f"resuming {path} at step {run.step}")
         self.announce(run)
