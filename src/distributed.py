@@ -85,6 +85,8 @@ def rank_main(run):
     when launch() started us, else it is raised; the process group is left either way."""
     try:
         run()
+        if dist.is_initialized():
+            dist.barrier()  # leave together: a rank exiting while a peer still talks to it aborts the peer
     except UserError as error:
         error_file = os.environ.get(ERROR_FILE_VARIABLE)
         if not error_file:
