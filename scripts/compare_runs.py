@@ -5,30 +5,34 @@ Examples:
     python scripts/compare_runs.py wiki/runs/run0 wiki/runs/run1 wiki/runs/run2 wiki/runs/run3
     python scripts/compare_runs.py wiki/runs/run* --group-by mask-rate dropout --metric loss -o mask-study
 
-Groups: runs with the same values of the --group-by keys (config keys, and `processes`, the
-number of processes config.ini records). Without --group-by, the keys whose values differ between
-the runs, leaving out those that differ from one repetition to the next or only say where files
-are and how the run is logged: seed, max-iters (a shorter run is the same experiment stopped
-earlier), base-dir, vocab, log-interval, val-interval, max-checkpoints, wandb, dist-master-addr,
-dist-master-port, async-to-device and case. Name one with --group-by to group by it after all.
+Groups: runs with the same values of the --group-by keys (config keys; `processes`, the number
+of processes config.ini records; `start`, the checkpoint a run started from, or none). Without
+--group-by, the keys whose values differ between the runs, leaving out those that differ from
+one repetition to the next or only say where files are and how the run is logged: seed,
+max-iters (a shorter run is the same experiment stopped earlier), base-dir, vocab,
+log-interval, val-interval, max-checkpoints, wandb, dist-master-addr, dist-master-port,
+async-to-device and case. Name one with --group-by to group by it after all.
 
 Writes OUTDIR/val_loss_vs_step.png, OUTDIR/val_loss_vs_tokens.png and so on for every val/*
 metric (each group's mean with a +-1 std band over its runs, and every run as a thin line), and
-OUTDIR/summary.md, also printed. "Final" is the value at the last validation step that every run
-reached, so runs of different lengths are compared at the same step; "best" is the lowest loss
-(the highest value of other metrics) up to that step. p is Welch's t-test on the final values of
-each group against the first group (that of the first run given), not corrected for multiple
-comparisons; it is - where either group has fewer than 2 runs. A run without validation scalars
-(it died before its first validation) is left out with a warning. A resumed run's event files
-are merged: from the step it resumed at on, the later file's values replace the earlier ones.
+OUTDIR/summary.md, also printed. "Final" is the value at the last validation step that every
+run reached, so runs of different lengths are compared at the same step; "best" is the lowest
+loss (the highest value of other metrics) up to that step. p is Welch's t-test on the final
+values of each group against the first group (that of the first run given), not corrected for
+multiple comparisons; it is - where either group has fewer than 2 runs. Runs scored with --test
+add a table per test metric (the latest test_metrics_step*.json in the run directory). A run
+without validation scalars (it died before its first validation) is left out with a warning. A
+resumed run's event files are merged: from the step it resumed at on, the later file's values
+replace the earlier ones.
 """
 import argparse
 import difflib
+import json
 import math
 import re
 import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +43,8 @@ from errors import UserError, exit_on_user_error  # noqa: E402
 from atomic import atomic_write  # noqa: E402
 
 PROCESSES_KEY = "processes"
-GROUP_KEYS = [*INI_KEYS.values(), PROCESSES_KEY]
+START_KEY = "start"
+GROUP_KEYS = [*INI_KEYS.values(), PROCESSES_KEY, START_KEY]
 NOT_GROUPED_BY_DEFAULT = {"seed", "max-iters", "base-dir", "vocab", "log-interval", "val-interval",
                           "max-checkpoints", "wandb", "dist-master-addr", "dist-master-port",
                           "async-to-device", "case"}
@@ -52,6 +57,7 @@ class RunData:
     path: Path
     settings: dict[str, str]  # config key -> value as config.ini writes it
     scalars: dict[str, tuple[np.ndarray, np.ndarray]]  # tag -> (steps, values), by step
+    tests: dict[str, float] = field(default_factory=dict)  # test/accuracy -> value, from the latest --test
 
     @property
     def last_step(self) -> int:
@@ -64,11 +70,28 @@ class RunData:
 # ----------------------------------------------------------------------------- reading runs
 
 def read_settings(config_path: Path) -> dict[str, str]:
-    """Every config key's value as text, and the number of processes from its comment line."""
+    """Every config key's value as text, and from its comment lines the number of processes and
+    the checkpoint the run started from."""
     settings = {key: ini_text(value) for key, value in load_config(config_path, []).to_dict().items()}
-    processes = re.search(r"^#\s*(\d+) process", config_path.read_text(encoding="utf-8"), re.MULTILINE)
+    text = config_path.read_text(encoding="utf-8")
+    processes = re.search(r"^#\s*(\d+) process", text, re.MULTILINE)
     settings[PROCESSES_KEY] = processes.group(1) if processes else "unknown"
+    start = re.search(r"^#\s*started from (.+)$", text, re.MULTILINE)
+    settings[START_KEY] = start.group(1).strip() if start else "none"
     return settings
+
+
+def read_test_metrics(run_dir: Path) -> dict[str, float]:
+    """The numbers of the run's latest test_metrics_step*.json, as test/NAME."""
+    files = sorted(run_dir.glob("test_metrics_step*.json"), key=lambda path: path.stat().st_mtime)
+    if not files:
+        return {}
+    try:
+        metrics = json.loads(files[-1].read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise UserError(f"{files[-1]}: not a test metrics file ({error})") from None
+    return {f"test/{name.removeprefix('test_')}": float(value) for name, value in metrics.items()
+            if name.startswith("test_") and isinstance(value, (int, float))}
 
 
 def read_event_file(path: Path) -> tuple[float, dict[str, list[tuple[int, float]]]]:
@@ -114,7 +137,8 @@ def load_run(path: Path) -> RunData:
         raise UserError(f"{path}: not a run directory (no config.ini and no logs/)")
     if not config_path.is_file():
         raise UserError(f"{path}: no config.ini, so its settings (and group) are unknown")
-    return RunData(path, read_settings(config_path), read_scalars(logs) if logs.is_dir() else {})
+    return RunData(path, read_settings(config_path), read_scalars(logs) if logs.is_dir() else {},
+                   read_test_metrics(path))
 
 
 def comparable_runs(runs: list[RunData]) -> tuple[list[RunData], list[str]]:
@@ -256,6 +280,20 @@ def metric_table(groups: dict[str, list[RunData]], tag: str) -> list[str]:
     return lines + [""]
 
 
+def test_table(groups: dict[str, list[RunData]], tag: str) -> list[str]:
+    """The markdown section of one test metric: one row per group with runs scored on test."""
+    groups = {label: [run.tests[tag] for run in runs if tag in run.tests] for label, runs in groups.items()}
+    groups = {label: values for label, values in groups.items() if values}
+    first_label = next(iter(groups))
+    lines = [f"## {tag}: the latest --test of each run", "",
+             f"p: Welch's t-test against the first group ({first_label}).", "",
+             "| group | runs | mean ± std | p vs first group |", "|---|---:|---:|---:|"]
+    for label, values in groups.items():
+        p_value = MISSING if label == first_label else number(welch_p_value(groups[first_label], values), ".3g")
+        lines.append(f"| {label} | {len(values)} | {mean_std_text(values)} | {p_value} |")
+    return lines + [""]
+
+
 def summary_markdown(groups: dict[str, list[RunData]], tags: list[str], left_out: list[str]) -> str:
     count = sum(len(runs) for runs in groups.values())
     lines = [f"# Comparison of {count} runs in {len(groups)} groups", ""]
@@ -264,6 +302,8 @@ def summary_markdown(groups: dict[str, list[RunData]], tags: list[str], left_out
     lines += [f"- left out: {note}" for note in left_out] + [""]
     for tag in tags:
         lines += metric_table(groups, tag)
+    for tag in dict.fromkeys(tag for runs in groups.values() for run in runs for tag in run.tests):
+        lines += test_table(groups, tag)
     return "\n".join(lines)
 
 

@@ -18,6 +18,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "scripts")]
 from config import load_config  # noqa: E402
 from errors import exit_on_user_error  # noqa: E402
 from main import run  # noqa: E402
+from stop_request import StopRequest  # noqa: E402
 
 PRETRAIN_CONFIG = ROOT / "etc" / "templates" / "config_cpu.ini"
 FINETUNE_CONFIG = ROOT / "etc" / "templates" / "config_sst2_cpu.ini"
@@ -31,9 +32,26 @@ def build_demo_data(base_dir: Path):
     make_demo.main(["-o", str(base_dir)])
 
 
-def stage(title: str, config_path: Path, overrides: list[str], checkpoint: Path | None = None) -> Path:
+class Stopped(Exception):
+    """A stage was stopped (Ctrl-C, SIGTERM, ./stop): the demo ends there."""
+
+
+def stage(title: str, config_path: Path, overrides: list[str], stop: StopRequest,
+          checkpoint: Path | None = None) -> Path:
+    """Train one stage; a stop request ends the demo, saying how to go on from the stage's checkpoint."""
     print(f"\n== {title} ({config_path.relative_to(ROOT)})")
-    return run(load_config(config_path, overrides), checkpoint, test=False)
+    run_dir = run(load_config(config_path, overrides), checkpoint, test=False, stop=stop)
+    if stop.requested():
+        latest = run_dir / "checkpoints" / "checkpoint.pt"
+        command = f"python src/main.py --config {config_path.relative_to(ROOT)} {' '.join(overrides)} --cp {latest}"
+        raise Stopped(f"the demo stopped during {title} ({stop.reason}); to go on with that stage: {command}")
+    return run_dir
+
+
+def best_checkpoint(run_dir: Path) -> Path:
+    """best.pt, or checkpoint.pt for a run that never validated."""
+    best = run_dir / "checkpoints" / "best.pt"
+    return best if best.is_file() else run_dir / "checkpoints" / "checkpoint.pt"
 
 
 def parse_args(argv=None):
@@ -54,18 +72,24 @@ def main(argv=None):
     def iters(value):
         return [] if value is None else ["--max-iters", str(value), "--lr-decay-iters", str(value)]
 
-    mlm_run = stage("pre-training", PRETRAIN_CONFIG, common + iters(args.pretrain_iters))
-    mlm_best = mlm_run / "checkpoints" / "best.pt"
-    mlm_test = run(load_config(PRETRAIN_CONFIG, common), mlm_best, test=True)
-    sst2_run = stage("fine-tuning on SST-2", FINETUNE_CONFIG, common + iters(args.finetune_iters), mlm_best)
-    sst2_test = run(load_config(FINETUNE_CONFIG, common), sst2_run / "checkpoints" / "best.pt", test=True)
+    try:
+        with StopRequest() as stop:
+            mlm_run = stage("pre-training", PRETRAIN_CONFIG, common + iters(args.pretrain_iters), stop)
+            mlm_best = best_checkpoint(mlm_run)
+            mlm_test = run(load_config(PRETRAIN_CONFIG, common), mlm_best, test=True)
+            sst2_run = stage("fine-tuning on SST-2", FINETUNE_CONFIG, common + iters(args.finetune_iters), stop,
+                             mlm_best)
+            sst2_test = run(load_config(FINETUNE_CONFIG, common), best_checkpoint(sst2_run), test=True)
+    except Stopped as stopped:
+        print(stopped)
+        return
 
     print(f"\n== demo finished in {(time.perf_counter() - started) / 60:.1f} minutes")
     print(f"MLM pre-training ({mlm_run}): test loss {mlm_test['test_loss']:.3f}, "
           f"masked-token accuracy {mlm_test['test_accuracy']:.1%}")
     print(f"SST-2 fine-tuning ({sst2_run}): test accuracy {sst2_test['test_accuracy']:.1%}")
     print(f"try: python scripts/fill_mask.py --cp {mlm_best} \"the movie was [MASK] .\"")
-    print(f"     python scripts/classify.py --cp {sst2_run / 'checkpoints' / 'best.pt'} \"a gorgeous, witty film\"")
+    print(f"     python scripts/classify.py --cp {best_checkpoint(sst2_run)} \"a gorgeous, witty film\"")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@ power loss after the rename does not leave an empty file under the new name."""
 import os
 from pathlib import Path
 
+from errors import naming_a_full_disk
+
 
 def atomic_write(path: Path, write, before_rename=None):
     """Call write(temp) on a temp file in the same directory, flush it to disk, call before_rename()
@@ -10,9 +12,10 @@ def atomic_write(path: Path, write, before_rename=None):
     directory."""
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        write(temp)
-        with open(temp, "rb+") as written:
-            os.fsync(written.fileno())
+        with naming_a_full_disk(path):
+            write(temp)
+            with open(temp, "rb+") as written:
+                os.fsync(written.fileno())
         if before_rename is not None:
             before_rename()
         os.replace(temp, path)

@@ -44,7 +44,14 @@ def make_state(*, task: str, weights: dict, model_config: ModelConfig, vocab: Vo
 
 
 def save(path: Path, state: dict):
-    atomic_write(path, lambda temp: torch.save(state, temp))
+    atomic_write(path, lambda temp: save_to_file(state, temp))
+
+
+def save_to_file(state: dict, path: Path):
+    """torch.save through a Python file, so that a full disk's OSError stays attached to the
+    RuntimeError torch raises."""
+    with open(path, "wb") as file:
+        torch.save(state, file)
 
 
 def load(path: Path) -> dict:
@@ -128,7 +135,7 @@ def save_latest(directory: Path, state: dict, keep: int):
             except OSError:  # a file system without hard links
                 shutil.copyfile(latest, previous)
 
-    atomic_write(latest, lambda temp: torch.save(state, temp), before_rename=keep_previous)
+    atomic_write(latest, lambda temp: save_to_file(state, temp), before_rename=keep_previous)
     older = sorted(directory.glob("checkpoint-*.pt"), key=lambda p: int(p.stem.split("-")[1]))
     for stale in older[:max(0, len(older) - (keep - 1))]:
         stale.unlink()

@@ -6,6 +6,7 @@ seq-len: SST-2 sentences average about 10 words, so most of a 128-wide batch wou
 With length-grouping, training batches hold sentences of similar length, so even less is.
 """
 import csv
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,11 +51,12 @@ def read_parquet(path: Path) -> Sentences:
     if missing:
         raise UserError(f"{path}: missing column(s) {', '.join(sorted(missing))}; "
                         f"expected idx, sentence, label")
-    texts = [str(text) for text in table.column("sentence").to_pylist()]
-    labels = np.asarray(table.column("label").to_numpy(), dtype=np.int64)
-    index = (np.asarray(table.column("idx").to_numpy(), dtype=np.int64) if "idx" in table.column_names
-             else np.arange(len(texts)))
-    return Sentences(texts, labels, index)
+    column = lambda name: table.column(name).to_pylist()  # noqa: E731
+    place = lambda row: f"row {row + 1}"  # noqa: E731
+    index = (checked_integers(path, column("idx"), "idx", place) if "idx" in table.column_names
+             else np.arange(table.num_rows))
+    return Sentences(checked_texts(path, column("sentence"), place),
+                     checked_integers(path, column("label"), "label", place), index)
 
 
 def read_tsv(path: Path) -> Sentences:
@@ -68,22 +70,57 @@ def read_tsv(path: Path) -> Sentences:
     if not rows:
         raise UserError(f"{path}: empty file")
     header = [name.strip().lower() for name in rows[0]]
-    try:
-        if header[:2] == ["sentence", "label"]:
-            body = rows[1:]
-            return Sentences([r[0] for r in body], np.array([int(r[1]) for r in body], np.int64),
-                             np.arange(len(body)))
-        if header[:2] == ["index", "sentence"]:
-            body = rows[1:]
-            return Sentences([r[1] for r in body], np.full(len(body), HIDDEN_LABEL, np.int64),
-                             np.array([int(r[0]) for r in body], np.int64))
-        if len(rows[0]) == 4:
-            return Sentences([r[3] for r in rows], np.array([int(r[1]) for r in rows], np.int64),
-                             np.arange(len(rows)))
-    except (IndexError, ValueError):
-        raise UserError(f"{path}: a row does not fit the layout its header announces") from None
-    raise UserError(f"{path}: unknown TSV layout; expected a header 'sentence<TAB>label' or "
-                    f"'index<TAB>sentence', or CoLA's four columns")
+    if header[:2] == ["sentence", "label"]:
+        columns, body, first_line = {"sentence": 0, "label": 1}, rows[1:], 2
+    elif header[:2] == ["index", "sentence"]:
+        columns, body, first_line = {"index": 0, "sentence": 1}, rows[1:], 2
+    elif len(rows[0]) == 4:
+        columns, body, first_line = {"label": 1, "sentence": 3}, rows, 1
+    else:
+        raise UserError(f"{path}: unknown TSV layout; expected a header 'sentence<TAB>label' or "
+                        f"'index<TAB>sentence', or CoLA's four columns")
+    place = lambda row: f"line {row + first_line}"  # noqa: E731
+    width = max(columns.values()) + 1
+    for row, fields in enumerate(body):
+        if len(fields) < width:
+            raise UserError(f"{path}: {place(row)}: {len(fields)} tab-separated column(s), expected {width}")
+    column = lambda name: [fields[columns[name]] for fields in body]  # noqa: E731
+    labels = (checked_integers(path, column("label"), "label", place) if "label" in columns
+              else np.full(len(body), HIDDEN_LABEL, np.int64))
+    index = checked_integers(path, column("index"), "index", place) if "index" in columns else np.arange(len(body))
+    return Sentences(checked_texts(path, column("sentence"), place), labels, index)
+
+
+def checked_texts(path: Path, values: list, place) -> list[str]:
+    """The sentences, each of them text; `place(row)` names a bad one's row or line."""
+    for row, value in enumerate(values):
+        if not isinstance(value, str):
+            raise UserError(f"{path}: {place(row)}, column sentence: expected text, found {value!r}")
+    return values
+
+
+def checked_integers(path: Path, values: list, column: str, place) -> np.ndarray:
+    """Labels or indices as int64: integers, integral floats or digits; anything else (text,
+    0.7, null) is an error naming the row and column."""
+    result = np.empty(len(values), np.int64)
+    for row, value in enumerate(values):
+        number = as_integer(value)
+        if number is None:
+            raise UserError(f"{path}: {place(row)}, column {column}: expected an integer, found {value!r}")
+        result[row] = number
+    return result
+
+
+def as_integer(value) -> int | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+        return int(value)
+    return None
 
 
 def read_sentences(path: Path) -> Sentences:
@@ -142,6 +179,7 @@ class ClassificationTask:
     best_metric = "accuracy"
     lower_is_better = False
     predictions_per_token = 0.0  # no MLM head
+    measuring_keys = ("seq-len",)  # sentences are cut to it
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         self.name = config.task_type
@@ -168,6 +206,10 @@ class ClassificationTask:
             self.splits[split] = encoded
         return self.splits[split]
 
+
+    def check_data(self, splits: tuple[str, ...]):
+        for split in splits:
+            self.data(split)
 
     def build_model(self, max_len: int | None = None) -> BertForSequenceClassification:
         return BertForSequenceClassification(model_config(self.config, self.vocab, max_len))

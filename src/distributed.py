@@ -3,11 +3,14 @@ ranks on this machine; under torchrun (RANK, WORLD_SIZE, LOCAL_RANK set) main.py
 """
 import datetime
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -18,7 +21,8 @@ from errors import UserError
 # A collective that waits longer than this fails the run instead of hanging it: long enough for
 # rank 0 to save a large checkpoint while the others wait at the barrier.
 COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=10)
-# Where a rank started by launch() writes its UserError, so that the launcher prints it once.
+# Where a rank started by launch() writes its UserError (rankN.txt), so that the launcher prints it
+# once, or its traceback (rankN.traceback), so that the console keeps one line.
 ERROR_FILE_VARIABLE = "BERT_DDP_ERROR_FILE"
 MAIN = Path(__file__).resolve().with_name("main.py")
 
@@ -41,7 +45,13 @@ def join(device: torch.device) -> tuple[int, int, int]:
             raise UserError(f"local rank {local_rank} has no GPU: this machine has {torch.cuda.device_count()}")
         torch.cuda.set_device(local_rank)
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=COLLECTIVE_TIMEOUT)
+    try:
+        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=COLLECTIVE_TIMEOUT)
+    except dist.DistNetworkError as error:
+        if "EADDRINUSE" not in str(error) and "address already in use" not in str(error).lower():
+            raise
+        raise UserError(f"dist-master-port = {os.environ['MASTER_PORT']}: the port is in use "
+                        f"(another run?); choose a free one") from None
     _control_group = dist.new_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT) if backend != "gloo" else None
     return rank, world_size, local_rank
 
@@ -93,6 +103,12 @@ def rank_main(run):
             raise
         Path(error_file).write_text(str(error), encoding="utf-8")
         sys.exit(2)
+    except Exception:
+        error_file = os.environ.get(ERROR_FILE_VARIABLE)
+        if not error_file:
+            raise
+        Path(error_file).with_suffix(".traceback").write_text(traceback.format_exc(), encoding="utf-8")
+        sys.exit(1)
     finally:
         leave()
 
@@ -102,41 +118,67 @@ def launch(argv: list[str], nproc: int, master_addr: str, master_port: int) -> i
 
     When one rank fails, the others are killed at once (they would only wait for it until the
     collective timeout); the return value is the exit code to leave with, and the message says
-    which rank failed. A UserError is printed once, however many ranks raised it.
+    which rank failed. A UserError is printed once, however many ranks raised it; the ranks'
+    tracebacks stay in files the message names, not on the console.
     """
-    with tempfile.TemporaryDirectory(prefix="bert-ddp-") as error_dir:
-        processes = []
-        for rank in range(nproc):
-            env = os.environ | {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
-                                "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": master_addr,
-                                "MASTER_PORT": str(master_port),
-                                ERROR_FILE_VARIABLE: str(Path(error_dir) / f"rank{rank}.txt")}
-            processes.append(subprocess.Popen([sys.executable, str(MAIN), *argv], env=env))
-        print(f"started {nproc} processes: " + ", ".join(f"rank {rank} pid {process.pid}"
-                                                        for rank, process in enumerate(processes)),
-              file=sys.stderr, flush=True)
+    check_port_free(master_port)
+    error_dir = Path(tempfile.mkdtemp(prefix="bert-ddp-"))
+    try:
+        failed = run_ranks(argv, nproc, master_addr, master_port, error_dir)
+        return 0 if failed is None else report_failure(*failed, nproc, error_dir)
+    finally:
+        if not any(error_dir.glob("*.traceback")):
+            shutil.rmtree(error_dir, ignore_errors=True)
 
-        def forward(signum, frame):  # Ctrl-C reaches the ranks directly; `kill PARENT` is passed on
-            for process in processes:
-                if process.poll() is None:
-                    process.send_signal(signum)
-        previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
+
+def run_ranks(argv: list[str], nproc: int, master_addr: str, master_port: int,
+              error_dir: Path) -> tuple[int, int] | None:
+    """Start the ranks, pass SIGTERM on to them, and wait: (rank, exit code) of the first that failed."""
+    processes = []
+    for rank in range(nproc):
+        env = os.environ | {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
+                            "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": master_addr,
+                            "MASTER_PORT": str(master_port), ERROR_FILE_VARIABLE: str(error_dir / f"rank{rank}.txt")}
+        processes.append(subprocess.Popen([sys.executable, str(MAIN), *argv], env=env))
+    print(f"started {nproc} processes: " + ", ".join(f"rank {rank} pid {process.pid}"
+                                                    for rank, process in enumerate(processes)),
+          file=sys.stderr, flush=True)
+
+    def forward(signum, frame):  # Ctrl-C reaches the ranks directly; `kill PARENT` is passed on
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signum)
+    previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return wait_for_first_failure(processes)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def report_failure(rank: int, code: int, nproc: int, error_dir: Path) -> int:
+    """One line on the console; the exit code to leave with."""
+    # A UserError in one rank can make another fail first (its peer is gone): report the cause.
+    error_files = sorted(error_dir.glob("rank*.txt"), key=lambda path: int(path.stem[4:]))
+    if error_files:
+        print(f"error: {error_files[0].read_text(encoding='utf-8')}", file=sys.stderr)
+        return 2
+    how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+    tracebacks = sorted(error_dir.glob("*.traceback"))
+    where = f" (tracebacks: {', '.join(map(str, tracebacks))})" if tracebacks else ""
+    print(f"error: rank {rank} of {nproc} {how}; the other ranks were stopped{where}", file=sys.stderr)
+    return 128 - code if code < 0 else code
+
+
+def check_port_free(port: int):
+    """Rank 0 listens on dist-master-port: a port in use is named before any rank starts."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the rendezvous store does
         try:
-            failed = wait_for_first_failure(processes)
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
-        if failed is None:
-            return 0
-        # A UserError in one rank can make another fail first (its peer is gone): report the cause.
-        error_files = sorted(Path(error_dir).glob("rank*.txt"), key=lambda path: int(path.stem[4:]))
-        if error_files:
-            print(f"error: {error_files[0].read_text(encoding='utf-8')}", file=sys.stderr)
-            return 2
-        rank, code = failed
-        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-        print(f"error: rank {rank} of {nproc} {how}; the other ranks were stopped", file=sys.stderr)
-        return 128 - code if code < 0 else code
+            probe.bind(("", port))
+        except OSError as error:
+            raise UserError(f"dist-master-port = {port}: the port is in use ({error.strerror}); "
+                            f"choose a free one") from None
 
 
 def wait_for_first_failure(processes: list[subprocess.Popen]) -> tuple[int, int] | None:

@@ -3,7 +3,6 @@ masks; a generator fills the masks, the encoder learns to tell every replaced to
 import torch
 import torch.nn.functional as F
 
-from hardware import to_device
 from masking import IGNORE_INDEX
 from mlm_task import MaskedLMTask
 from model import ElectraForPreTraining, model_config, token_loss
@@ -25,16 +24,12 @@ class ElectraTask(MaskedLMTask):
     def eval_batches(self, split: str, count: int | None):
         """Fixed batches with the same masks and the same generator samples at every evaluation."""
         self.evaluation_sampling.manual_seed(self.config.seed + 1)
-        generator = torch.Generator(device=self.device).manual_seed(self.config.seed)
-        for batch in self.data(split).fixed_batches(count):
-            batch = to_device(batch, self.device, non_blocking=False)
-            yield {**batch, "original_ids": batch["input_ids"], **self.mask(batch["input_ids"], generator)}
+        yield from super().eval_batches(split, count)
 
     def loss(self, model, batch: dict, generator: torch.Generator | None = None):
         """Mean loss, and [masked tokens, generator hits, real tokens, detector hits, generator loss
         sum, detection loss sum, replaced tokens]; no host sync."""
-        if "original_ids" not in batch:  # a training batch: mask it now
-            batch = {**batch, "original_ids": batch["input_ids"], **self.mask(batch["input_ids"], generator)}
+        batch = self.masked(batch, generator)
         labels = batch["labels"]
         generator_logits, detector_logits, corrupted = model(
             batch["input_ids"], batch["positions"], labels, batch["original_ids"],

@@ -21,6 +21,7 @@ from electra_task import ElectraTask
 from errors import UserError, exit_on_user_error
 from hardware import select_device
 from mlm_task import CausalLMTask, MaskedLMTask
+from stop_request import StopRequest
 from trainer import Trainer
 from vocab import load_vocab
 
@@ -35,6 +36,10 @@ def parse_args(argv):
     parser.add_argument("--config", type=Path, help="config file (default: ./config.ini)")
     parser.add_argument("--cp", type=Path, help="checkpoint to resume from or to fine-tune")
     parser.add_argument("--test", action="store_true", help="evaluate --cp on the test split and exit")
+    parser.add_argument("--switch-training", action="store_true",
+                        help="start a new run from --cp's weights, task, data and schedule from the config")
+    parser.add_argument("--dont-load-optimizer", action="store_true",
+                        help="resume --cp's run with a fresh optimizer (weights, step and data position kept)")
     parser.add_argument("--ddp", action="store_true",
                         help="train in --nproc processes on this machine with DistributedDataParallel "
                              "(rendezvous at dist-master-addr:dist-master-port); not needed under torchrun")
@@ -48,24 +53,37 @@ def make_task(config: Config, rank: int = 0, world_size: int = 1):
     return TASKS[config.task_type](config, vocab, device, rank, world_size)
 
 
-def run(config: Config, checkpoint: Path | None, test: bool, rank: int = 0, world_size: int = 1):
+def run(config: Config, checkpoint: Path | None, test: bool, rank: int = 0, world_size: int = 1, *,
+        switch_training: bool = False, load_optimizer: bool = True, stop: StopRequest | None = None):
+    """Score --cp on the test split, or train (see Trainer.fit) and return the run directory."""
     trainer = Trainer(config, make_task(config, rank, world_size), rank, world_size)
     if test:
-        if checkpoint is None:
-            raise UserError("--test needs a checkpoint: --cp PATH")
         return trainer.test(checkpoint)
-    return trainer.fit(checkpoint)
+    return trainer.fit(checkpoint, switch_training=switch_training, load_optimizer=load_optimizer, stop=stop)
 
 
-def run_rank(config: Config, checkpoint: Path | None, test: bool):
+def run_rank(config: Config, args: argparse.Namespace):
     """One rank of a distributed run (torchrun or --ddp set RANK, WORLD_SIZE, LOCAL_RANK)."""
-    if test:
+    if args.test:
         raise UserError("--test runs in one process: leave out --ddp and torchrun")
     device = select_device(config.device)
     rank, world_size, local_rank = distributed.join(device)
     if device.type == "cuda":  # one GPU per rank
         config = dataclasses.replace(config, device=f"cuda:{local_rank}")
-    run(config, checkpoint, test, rank, world_size)
+    run(config, args.cp, args.test, rank, world_size, **start_options(args))
+
+
+def start_options(args: argparse.Namespace) -> dict:
+    """How --cp starts training, checked against the other flags."""
+    chosen = [flag for flag, given in (("--switch-training", args.switch_training),
+                                       ("--dont-load-optimizer", args.dont_load_optimizer)) if given]
+    if args.test and args.cp is None:
+        raise UserError("--test needs a checkpoint: --cp PATH")
+    if chosen and args.cp is None:
+        raise UserError(f"{chosen[0]} needs a checkpoint: --cp PATH")
+    if chosen and args.test:
+        raise UserError(f"{chosen[0]} starts training; --test only scores --cp: leave one out")
+    return {"switch_training": args.switch_training, "load_optimizer": not args.dont_load_optimizer}
 
 
 @exit_on_user_error
@@ -73,8 +91,9 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args, overrides = parse_args(argv)
     config = load_config(args.config, overrides)
+    options = start_options(args)
     if distributed.launched():  # a rank: started by --ddp below, or by torchrun
-        distributed.rank_main(lambda: run_rank(config, args.cp, args.test))
+        distributed.rank_main(lambda: run_rank(config, args))
     elif args.ddp:
         if args.test:
             raise UserError("--test runs in one process: leave out --ddp")
@@ -86,7 +105,7 @@ def main(argv=None):
             raise UserError(f"--nproc {nproc}: this machine has {gpus} GPU(s), one per process")
         sys.exit(distributed.launch(argv, nproc, config.dist_master_addr, config.dist_master_port))
     else:
-        run(config, args.cp, args.test)
+        run(config, args.cp, args.test, **options)
 
 
 if __name__ == "__main__":

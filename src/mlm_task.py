@@ -134,6 +134,8 @@ class MaskedLMTask:
     name = "mlm"
     best_metric = "loss"
     lower_is_better = True
+    measuring_keys = ("seq-len", "dataset-pattern", "val-dataset-pattern", "masking", "mask-rate",
+                      "whole-word-masking", "mask-replace-mask", "mask-replace-random")
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         self.config = config
@@ -166,6 +168,10 @@ class MaskedLMTask:
                                               None if self.objective == "none" else self.objective)
         return self.splits[split]
 
+    def check_data(self, splits: tuple[str, ...]):
+        for split in splits:
+            self.data(split).shard_for_epoch(0)
+
     def build_model(self, max_len: int | None = None) -> BertForMaskedLM:
         model = BertForMaskedLM if self.objective == "none" else BertForPreTraining
         return model(model_config(self.config, self.vocab, max_len))
@@ -181,10 +187,14 @@ class MaskedLMTask:
         generator = torch.Generator(device=self.device)
         generator.manual_seed(self.config.seed)
         for batch in self.data(split).fixed_batches(count):
-            batch = to_device(batch, self.device, non_blocking=False)
-            if "positions" not in batch:
-                batch.update(self.mask(batch["input_ids"], generator))
-            yield batch
+            yield self.masked(to_device(batch, self.device, non_blocking=False), generator)
+
+    def masked(self, batch: dict, generator: torch.Generator) -> dict:
+        """The batch with its masks: static shards bring them; otherwise fresh ones, the unmasked
+        ids kept as original_ids."""
+        if "positions" in batch:
+            return batch
+        return {**batch, "original_ids": batch["input_ids"], **self.mask(batch["input_ids"], generator)}
 
     def mask(self, input_ids: torch.Tensor, generator: torch.Generator) -> dict:
         inputs, positions, labels = mask_tokens(input_ids, self.special_ids, self.vocab.mask_id,
@@ -194,8 +204,7 @@ class MaskedLMTask:
     def loss(self, model, batch: dict, generator: torch.Generator | None = None):
         """Mean loss over masked positions (plus the sentence loss), and [count, hits] for accuracy
         (then [pairs, pair hits]); no host sync."""
-        if "positions" not in batch:
-            batch = {**batch, **self.mask(batch["input_ids"], generator)}
+        batch = self.masked(batch, generator)
         if self.objective != "none":
             return self.pair_loss(model, batch)
         logits, loss = model(batch["input_ids"], batch["positions"], batch["labels"],

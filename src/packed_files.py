@@ -11,7 +11,7 @@ from pathlib import Path
 import msgpack
 import numpy as np
 
-from errors import UserError
+from errors import UserError, naming_a_full_disk
 
 DTYPES = {"uint16": np.uint16, "int32": np.int32}
 GZIP_MAGIC = b"\x1f\x8b"
@@ -64,26 +64,35 @@ class HeaderFirstFile:
                 continue
 
     def write(self, obj) -> None:
-        self.body.write(self.packer.pack(obj))
+        with naming_a_full_disk(self.path):
+            self.body.write(self.packer.pack(obj))
 
     def finish(self, header: dict) -> None:
-        self.body.close()
-        self.body_raw.close()
-        final_temp = self._temp_path("")
+        final_temp = None
         try:
-            with final_temp.open("wb") as out:
-                with gzip.GzipFile(filename="", fileobj=out, mode="wb", compresslevel=COMPRESS_LEVEL, mtime=0) as head:
-                    head.write(self.packer.pack(header))
-                with self.body_path.open("rb") as body:
-                    shutil.copyfileobj(body, out, 1 << 20)
+            with naming_a_full_disk(self.path):
+                self.body.close()
+                self.body_raw.close()
+                final_temp = self._temp_path("")
+                with final_temp.open("wb") as out:
+                    with gzip.GzipFile(filename="", fileobj=out, mode="wb", compresslevel=COMPRESS_LEVEL,
+                                       mtime=0) as head:
+                        head.write(self.packer.pack(header))
+                    with self.body_path.open("rb") as body:
+                        shutil.copyfileobj(body, out, 1 << 20)
             os.replace(final_temp, self.path)
         finally:
-            final_temp.unlink(missing_ok=True)
-            self.body_path.unlink(missing_ok=True)
+            self.abort()
+            if final_temp is not None:
+                final_temp.unlink(missing_ok=True)
 
     def abort(self) -> None:
-        self.body.close()
-        self.body_raw.close()
+        """Remove the temporary body, even where closing it fails (a full disk fails the flush)."""
+        for close in (self.body.close, self.body_raw.close):
+            try:
+                close()
+            except OSError:
+                pass
         self.body_path.unlink(missing_ok=True)
 
 

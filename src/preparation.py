@@ -141,7 +141,22 @@ class SplitWriter:
         self.tokens += sum(len(sample) for sample in samples)
 
     def __exit__(self, kind, error, traceback):
-        return self.stack.__exit__(kind, error, traceback)
+        """Finish every file; if anything failed, remove those already finished too: a data set
+        is written whole or not at all."""
+        try:
+            self.stack.__exit__(kind, error, traceback)
+        except BaseException:
+            self.remove_finished()
+            raise
+        if kind is not None:
+            self.remove_finished()
+        return False
+
+    def remove_finished(self):
+        for writers in self.writers.values():
+            for writer in writers:
+                if writer.finished:
+                    writer.path.unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------------------------------------

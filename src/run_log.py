@@ -1,5 +1,6 @@
 """A run's directory and what is written there as it trains: runs/runN, log.txt, the console
 above the progress bar, TensorBoard scalars and optionally Weights & Biases."""
+import fcntl
 from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
@@ -22,13 +23,27 @@ def create_run_dir(runs_dir: Path) -> Path:
             number += 1
 
 
+def lock_run_dir(run_dir: Path):
+    """An OS lock on the run directory while a process trains in it (released when the process
+    ends, however it ends): a second process resuming the same run is refused."""
+    handle = (run_dir / ".lock").open("a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise UserError(f"{run_dir}: another process is training this run (it holds {run_dir / '.lock'}); "
+                        f"wait for it to end, or stop it") from None
+    return handle
+
+
 class RunLog:
-    """Messages and scalars of one run; silent off rank 0 (run_dir None)."""
+    """Messages and scalars of one run, under the run directory's lock; silent off rank 0 (run_dir None)."""
 
     def __init__(self, run_dir: Path | None, config: Config):
-        self.file = self.board = self.wandb = None
+        self.file = self.board = self.wandb = self.lock = None
         if run_dir is None:
             return
+        self.lock = lock_run_dir(run_dir)
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.file = (run_dir / "logs" / "log.txt").open("a", encoding="utf-8")
         self.board = SummaryWriter(str(run_dir / "logs"))
@@ -55,8 +70,12 @@ class RunLog:
             self.wandb.log(values, step=step)
 
     def close(self):
+        """Closes what is open; closing twice is harmless."""
         if self.board is not None:
             self.board.close()
             self.file.close()
         if self.wandb is not None:
             self.wandb.finish()
+        if self.lock is not None:
+            self.lock.close()
+        self.file = self.board = self.wandb = self.lock = None

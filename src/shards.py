@@ -62,6 +62,7 @@ class ShardWriter:
         self.pending: list = []
         self.pending_pair_labels: list[int] = []
         self.file: HeaderFirstFile | None = None
+        self.finished = False  # the file is in place
 
     def __enter__(self):
         self.file = HeaderFirstFile(self.path)
@@ -116,12 +117,14 @@ class ShardWriter:
                 "pairs": self.pairs}
 
     def __exit__(self, kind, error, traceback):
-        if kind is None:
-            if self.pending:
-                self._write_block()
-            self.file.finish(self.header())
-        else:
-            self.file.abort()
+        try:
+            if kind is None:
+                if self.pending:
+                    self._write_block()
+                self.file.finish(self.header())
+                self.finished = True
+        finally:
+            self.file.abort()  # the temporary file, whatever failed; nothing is left after finish()
         return False
 
 

@@ -57,11 +57,12 @@ class TokenStreamWriter:
                 "source_files": self.source_files, "tokens": self.tokens}
 
     def __exit__(self, kind, error, traceback):
-        if kind is None:
-            self._flush()
-            self.file.finish(self.header())
-        else:
-            self.file.abort()
+        try:
+            if kind is None:
+                self._flush()
+                self.file.finish(self.header())
+        finally:
+            self.file.abort()  # the temporary file, whatever failed; nothing is left after finish()
         return False
 
 

@@ -7,7 +7,7 @@ the loop, and the helpers it uses.
 """
 import json
 import math
-import signal
+import shutil
 import sys
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -23,11 +23,12 @@ import checkpoint as checkpoints
 import distributed
 import hardware
 from atomic import atomic_write, remove_stale_temps
-from config import Config
+from config import Config, ini_text
 from errors import UserError
 from model import count_parameters, flops_per_token
-from run_log import RunLog, create_run_dir
 from optimizer import learning_rate, make_optimizer
+from run_log import RunLog, create_run_dir
+from stop_request import StopRequest
 from throughput import Clock, Throughput
 from vocab import Vocab
 
@@ -40,9 +41,13 @@ class Task(Protocol):
     best_metric: str  # the validation metric that picks best.pt
     lower_is_better: bool
     predictions_per_token: float  # share of the input tokens the output head scores, for MFU
+    measuring_keys: tuple[str, ...]  # config keys that decide what the scores mean: a resumed run keeps them
 
     def build_model(self, max_len: int | None = None) -> nn.Module:
         """The task's model; max_len (the position table) from a checkpoint, else seq-len."""
+
+    def check_data(self, splits: tuple[str, ...]):
+        """Open and check these splits now: a bad file stops the run before its first step."""
 
     def train_batches(self, position: dict | None) -> Iterator[tuple[dict, dict]]:
         """Endless (position after it, numpy batch) pairs from `position` on: the data order to resume."""
@@ -82,6 +87,8 @@ class Run:
     best: float | None = None
     elapsed: float = 0.0  # seconds of training, validation left out: what a time budget counts
     lr: float = 0.0  # of the last step
+    start: str | None = None  # the checkpoint whose weights a new run started from
+    resumed: bool = False
 
     @property
     def checkpoints(self) -> Path | None:
@@ -95,6 +102,17 @@ def resumes(checkpoint: dict, task: Task, config: Config) -> bool:
     return checkpoint["task"] == task.name and checkpoint["optimizer"] is not None and same_heads
 
 
+def check_same_measure(path: Path, saved_settings: dict, task: Task, config: Config):
+    """A resumed run keeps the settings that decide what its scores mean, or its curves and
+    best.pt would mix two experiments."""
+    current = config.to_dict()
+    for key in task.measuring_keys:
+        if key in saved_settings and saved_settings[key] != current[key]:
+            raise UserError(f"{path}: the run has {key} = {ini_text(saved_settings[key])}, the config "
+                            f"{ini_text(current[key])}; a resumed run keeps it (to start a new run from "
+                            f"these weights, add --switch-training)")
+
+
 class Trainer:
     def __init__(self, config: Config, task: Task, rank: int = 0, world_size: int = 1):
         self.config = config
@@ -105,16 +123,24 @@ class Trainer:
         self.dtype = hardware.select_dtype(config.dtype, self.device)
         self.autocast = torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32)
 
-    def fit(self, checkpoint_path: Path | None = None) -> Path:
-        """Train from scratch, resume a run, or start a new run from a checkpoint's weights."""
+    def fit(self, checkpoint_path: Path | None = None, *, switch_training: bool = False,
+            load_optimizer: bool = True, stop: StopRequest | None = None) -> Path:
+        """Train from scratch, resume a run, or start a new run from a checkpoint's weights
+        (switch_training: whatever the checkpoint; load_optimizer False: resume with a fresh
+        optimizer). `stop`: the caller's, to learn whether the run was stopped; else its own."""
         start = checkpoints.load(checkpoint_path) if checkpoint_path else None
-        if start is not None and resumes(start, self.task, self.config):
-            run = self.resume_run(start, checkpoint_path)
+        if start is not None and not switch_training and resumes(start, self.task, self.config):
+            run = self.resume_run(start, checkpoint_path, load_optimizer)
         else:
             run = self.new_run(start, checkpoint_path)
+        first_step = run.step
         try:
-            with StopRequest() as stop:
+            with StopRequest() if stop is None else nullcontext(stop) as stop:
                 self.train(run, stop)
+        except BaseException:
+            if run.step == first_step:
+                self.remove_failed_start(run)
+            raise
         finally:
             run.log.close()
         return run.run_dir
@@ -122,29 +148,44 @@ class Trainer:
     # ------------------------------------------------------------------------- starting a run
 
     def new_run(self, start: dict | None, start_path: Path | None) -> Run:
-        """A run in a new directory, from fresh weights or from those of `start`."""
+        """A run in a new directory, from fresh weights or from those of `start`. The directory
+        is removed again if the run cannot start."""
         model = self.build_model(start)
-        run_dir = self.new_run_dir()
-        log = RunLog(run_dir if self.rank == 0 else None, self.config)
         if start is not None:
             checkpoints.check_compatible(start_path, start, self.task.vocab, model.config)
-            checkpoints.load_pretrained(model, start, start_path, log)
-        run = self.open_run(model, run_dir, log)
-        self.announce(run)
+        self.task.check_data(("val",))  # train: read at step 1, before anything is lost
+        run_dir = self.new_run_dir()
+        log = None
+        try:
+            log = RunLog(run_dir if self.rank == 0 else None, self.config)
+            if start is not None:
+                checkpoints.load_pretrained(model, start, start_path, log)
+            run = self.open_run(model, run_dir, log)
+            run.start = str(start_path.resolve()) if start is not None else None
+            self.announce(run)
+        except BaseException:
+            if log is not None:
+                log.close()
+            if self.rank == 0:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
         return run
 
-    def resume_run(self, saved: dict, path: Path) -> Run:
+    def resume_run(self, saved: dict, path: Path, load_optimizer: bool = True) -> Run:
         """The run `saved` comes from, continued exactly: weights, optimizer, data position, random
         states. It goes on in its run directory (a copied checkpoint: in a new one)."""
-        model = self.build_model(saved)
-        checkpoints.check_compatible(path, saved, self.task.vocab, model.config)
-        model.load_state_dict(saved["model"])
+        check_same_measure(path, saved["config"], self.task, self.config)
+        model = self.restored_model(saved, path)
+        self.task.check_data(("val",))
         run_dir = checkpoints.run_dir_of(path) or self.new_run_dir()
         if self.rank == 0:
             remove_stale_temps(run_dir / "checkpoints")
         log = RunLog(run_dir if self.rank == 0 else None, self.config)
         run = self.open_run(model, run_dir, log)
-        run.optimizer.load_state_dict(saved["optimizer"])
+        if load_optimizer:
+            run.optimizer.load_state_dict(saved["optimizer"])
+        else:
+            log("the optimizer starts afresh (--dont-load-optimizer): Adam's moments are zero")
         states = saved.get("rng_per_rank", [])  # one per rank that saved it
         if self.rank < len(states):
             checkpoints.restore_random_states(states[self.rank], run.mask_generator)
@@ -152,16 +193,30 @@ class Trainer:
             log(f"note: the checkpoint holds random states for {len(states)} process(es); "
                 f"ranks {len(states)} and up start from fresh seeds")
         run.step, run.best, run.position = saved["step"], saved.get("best"), saved.get("data_position")
-        run.tokens, run.elapsed = saved.get("tokens", 0), saved.get("elapsed", 0.0)
+        run.tokens, run.elapsed, run.start = saved.get("tokens", 0), saved.get("elapsed", 0.0), saved.get("start")
+        run.resumed = True
         log(f"resuming {path} at step {run.step}")
         self.announce(run)
         return run
+
+    def remove_failed_start(self, run: Run):
+        """A new run that failed before its first step leaves no directory behind."""
+        if self.rank == 0 and not run.resumed:
+            run.log.close()
+            shutil.rmtree(run.run_dir, ignore_errors=True)
 
     def build_model(self, checkpoint: dict | None) -> nn.Module:
         """The task's model with fresh weights, seeded per rank; a checkpoint's position table size."""
         torch.manual_seed(self.config.seed + self.rank)
         max_len = checkpoint["model_config"]["max_len"] if checkpoint else None
         return self.task.build_model(max_len).to(self.device)
+
+    def restored_model(self, saved: dict, path: Path) -> nn.Module:
+        """The task's model with every weight of a checkpoint of this task."""
+        model = self.build_model(saved)
+        checkpoints.check_compatible(path, saved, self.task.vocab, model.config)
+        model.load_state_dict(saved["model"])
+        return model
 
     def new_run_dir(self) -> Path:
         """runs/runN, made by rank 0 and known to every rank."""
@@ -193,13 +248,18 @@ class Trainer:
         run.log(f"model: {count_parameters(run.model) / 1e6:.2f}M parameters; device {self.device}, "
                 f"autocast {str(self.dtype).removeprefix('torch.')}; global batch {global_batch} "
                 f"({config.batch_size} x {config.grad_accum_steps} accumulation x {self.world_size} processes)")
+        if config.warmup_iters > config.max_iters and not config.budget_seconds:
+            run.log(f"warning: warmup-iters = {config.warmup_iters} is above max-iters = {config.max_iters}: "
+                    f"the learning rate stops before it reaches learning-rate")
         if self.rank == 0:  # what compare_runs.py and a reader of the run directory look up
             lines = config.describe() + [f"# {self.world_size} process(es)"]
+            if run.start:
+                lines.append(f"# started from {run.start}")
             atomic_write(run.run_dir / "config.ini", lambda temp: temp.write_text("\n".join(lines) + "\n"))
 
     # ------------------------------------------------------------------------- the loop
 
-    def train(self, run: Run, stop: "StopRequest"):
+    def train(self, run: Run, stop: StopRequest):
         """The loop: lr for this step, micro-steps, clip, step; log, validate, save, stop."""
         config = self.config
         batches = hardware.prefetch(self.task.train_batches(run.position), self.device, config.async_to_device)
@@ -326,7 +386,8 @@ class Trainer:
                 task=self.task.name, weights=unwrap(run.model).state_dict(), model_config=unwrap(run.model).config,
                 vocab=self.task.vocab, config=self.config.to_dict(),
                 step=run.step, tokens=run.tokens, optimizer=run.optimizer.state_dict(),
-                data_position=run.position, rng_per_rank=rng_per_rank, best=run.best, elapsed=run.elapsed)
+                data_position=run.position, rng_per_rank=rng_per_rank, best=run.best, elapsed=run.elapsed,
+                start=run.start)
             if kind == "best":
                 checkpoints.save(directory / "best.pt", state)
             else:
@@ -340,9 +401,7 @@ class Trainer:
         """Score a checkpoint on the test split and save the metrics in its run directory;
         where the labels are hidden (GLUE), write the predictions as a submission file instead."""
         saved = checkpoints.load(checkpoint_path)
-        model = self.build_model(saved)
-        checkpoints.check_compatible(checkpoint_path, saved, self.task.vocab, model.config)
-        model.load_state_dict(saved["model"])
+        model = self.restored_model(saved, checkpoint_path)
         run_dir = checkpoints.run_dir_of(checkpoint_path) or checkpoint_path.parent
         step = saved["step"]
         lines = self.task.submission(model, "test", self.autocast)
@@ -381,37 +440,6 @@ def evaluate(model: nn.Module, task: Task, batches, autocast) -> dict:
     if torch.distributed.is_initialized():
         torch.distributed.all_reduce(summed)
     return task.metrics(summed[0].item() / summed[1].item(), summed[1:].cpu())
-
-
-class StopRequest:
-    """SIGINT, SIGTERM or a file named `stop` in the working directory: finish the step, save, exit.
-
-    A context manager: the handlers it installs are replaced by the previous ones on exit.
-    """
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self):
-        self.reason = None
-        self.previous = {}
-
-    def __enter__(self):
-        for signum in self.SIGNALS:
-            self.previous[signum] = signal.signal(signum, self._on_signal)
-        return self
-
-    def __exit__(self, *exc_info):
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
-
-    def _on_signal(self, signum, frame):
-        self.reason = signal.Signals(signum).name
-
-    def requested(self) -> bool:
-        stop_file = Path("stop")
-        if self.reason is None and stop_file.exists():
-            stop_file.unlink(missing_ok=True)  # consumed, so the next run is not stopped too
-            self.reason = "the file ./stop"
-        return self.reason is not None
 
 
 def unwrap(model: nn.Module) -> nn.Module:

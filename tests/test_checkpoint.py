@@ -1,5 +1,7 @@
 """The checkpoint format on its own: safe loading, compatibility messages in INI keys, rotation,
 the --cp rule, and checkpoints in the earlier layout (with an "rng" entry) still resuming."""
+import errno
+import io
 import os
 import subprocess
 import sys
@@ -158,6 +160,27 @@ def test_a_checkpoint_in_the_earlier_layout_resumes_and_fine_tunes(mlm_workdir):
 def test_seq_len_longer_than_the_checkpoints_positions_is_refused(mlm_workdir, capsys):
     run_dir = main.run(main.load_config(None, ["--max-iters", "1"]), None, False)
     with pytest.raises(SystemExit) as exit_info:
-        main.main(["--cp", str(run_dir / "checkpoints" / "checkpoint.pt"), "--seq-len", "128"])
+        main.main(["--cp", str(run_dir / "checkpoints" / "checkpoint.pt"), "--seq-len", "128", "--switch-training"])
     assert exit_info.value.code == 2
     assert "seq-len = 128: the checkpoint's model has positions for 64 tokens" in capsys.readouterr().err
+
+
+class FillingFile(io.FileIO):
+    """A file on a disk that fills up after `room` bytes."""
+    room = 2000
+
+    def write(self, data):
+        if self.tell() + len(data) > self.room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().write(data)
+
+
+def test_a_full_disk_is_one_line_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
+    checkpoints.save_latest(tmp_path, small_state(step=10), keep=3)
+    monkeypatch.setattr(checkpoints, "open", lambda path, mode: FillingFile(path, mode), raising=False)
+    with pytest.raises(UserError) as error:
+        checkpoints.save_latest(tmp_path, small_state(step=20), keep=3)
+    assert str(error.value) == f"no space left on device writing {tmp_path / 'checkpoint.pt'}"
+    monkeypatch.undo()
+    assert checkpoints.load(tmp_path / "checkpoint.pt")["step"] == 10
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["checkpoint.pt"]

@@ -104,6 +104,44 @@ def test_unknown_tsv_layout_is_a_clear_error(tmp_path):
         read_tsv(bad)
 
 
+@pytest.mark.parametrize("sentences, labels, message", [
+    (["good", "bad"], ["positive", "negative"], "row 1, column label: expected an integer, found 'positive'"),
+    (["good", "bad"], [1.0, 0.7], "row 2, column label: expected an integer, found 0.7"),
+    (["good", None], [1, 0], "row 2, column sentence: expected text, found None"),
+    (["good", "bad"], [1, None], "row 2, column label: expected an integer, found None"),
+])
+def test_bad_parquet_values_name_the_file_row_and_column(tmp_path, sentences, labels, message):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    path = tmp_path / "train-00000-of-00001.parquet"
+    pq.write_table(pa.table({"sentence": sentences, "label": labels}), path)
+    with pytest.raises(UserError) as error:
+        read_sentences(path)
+    assert str(error.value) == f"{path}: {message}"
+
+
+@pytest.mark.parametrize("content, message", [
+    ("sentence\tlabel\ngood\t1\nbad\tneg\n", "line 3, column label: expected an integer, found 'neg'"),
+    ("sentence\tlabel\ngood\t1\nbad\n", "line 3: 1 tab-separated column(s), expected 2"),
+    ("index\tsentence\nx\tgood\n", "line 2, column index: expected an integer, found 'x'"),
+    ("gj04\t1\t\tfine .\ngj04\t0.5\t*\tbad .\n", "line 2, column label: expected an integer, found '0.5'"),
+])
+def test_bad_tsv_values_name_the_file_line_and_column(tmp_path, content, message):
+    path = tmp_path / "train.tsv"
+    path.write_text(content)
+    with pytest.raises(UserError) as error:
+        read_sentences(path)
+    assert str(error.value) == f"{path}: {message}"
+
+
+def test_integral_labels_of_any_type_are_read(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    path = tmp_path / "train-00000-of-00001.parquet"
+    pq.write_table(pa.table({"sentence": ["good", "bad"], "label": [1.0, 0.0]}), path)
+    assert read_sentences(path).labels.tolist() == [1, 0]
+
+
 def test_dynamic_padding_gives_the_same_logits_as_padding_to_seq_len(base_dir):
     vocab = load_vocab(base_dir / "vocab")
     sentences = read_sentences(find_split_file(base_dir / "datasets", "val"))
@@ -198,3 +236,27 @@ def test_batch_width_rounds_to_8_but_never_past_seq_len(base_dir):
     batch = encoded.batch(np.arange(4), vocab.pad_id)
     assert batch["input_ids"].shape[1] == 21
     assert batch["attention_mask"][0].all()
+
+
+def test_compare_runs_groups_fine_tunings_by_their_start_and_tables_test_accuracy(base_dir, mlm_checkpoint, sst2_run,
+                                                                                  monkeypatch, tmp_path):
+    import compare_runs
+    monkeypatch.chdir(base_dir)
+    started_from = f"# started from {mlm_checkpoint.resolve()}"
+    assert started_from in (sst2_run / "config.ini").read_text().splitlines()
+    short = ["--task-type", "sst2", "--val-interval", "50"]  # validates at step 50, as sst2_run did first
+    scratch = main.run(main.load_config(None, [*short, "--max-iters", "50", "--lr-decay-iters", "50"]), None, False)
+    assert "started from" not in (scratch / "config.ini").read_text()
+    # Resuming keeps the start, as the checkpoint remembers it.
+    resumed = main.run(main.load_config(None, [*short, "--max-iters", "260", "--lr-decay-iters", "260"]),
+                       sst2_run / "checkpoints" / "checkpoint.pt", False)
+    assert resumed == sst2_run and started_from in (sst2_run / "config.ini").read_text().splitlines()
+
+    scores = [main.run(main.load_config(None, ["--task-type", "sst2"]), run / "checkpoints" / "best.pt", True)
+              for run in (sst2_run, scratch)]
+    summary = compare_runs.main([str(sst2_run), str(scratch), "--group-by", "start", "-o", str(tmp_path / "out")])
+    section = summary.split("## test/accuracy:", 1)[1].split("\n## ", 1)[0]
+    rows = {cells[0]: cells[1:] for cells in ([cell.strip() for cell in line.strip("|").split("|")]
+                                              for line in section.splitlines() if line.startswith("| "))}
+    assert rows[f"start={mlm_checkpoint.resolve()}"][:2] == ["1", f"{scores[0]['test_accuracy']:.4f} ± –"]
+    assert rows["start=none"][:2] == ["1", f"{scores[1]['test_accuracy']:.4f} ± –"]

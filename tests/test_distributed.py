@@ -117,6 +117,20 @@ def test_a_user_error_in_the_ranks_is_one_line_with_exit_code_2(mlm_workdir_fact
     assert "Traceback" not in result.stderr
 
 
+def test_a_busy_port_is_one_line_naming_the_key(mlm_workdir_factory, tmp_path):
+    workdir = mlm_workdir_factory(tmp_path / "work")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = subprocess.run([sys.executable, str(MAIN), "--ddp", "--nproc", "2", "--dist-master-port", str(port)],
+                                cwd=workdir, capture_output=True, text=True, timeout=TIMEOUT)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: dist-master-port = {port}: the port is in use (Address already in use); choose a free one"]
+    assert not (workdir / "runs").exists()
+
+
 def test_a_rank_that_dies_ends_the_whole_run(mlm_workdir_factory, tmp_path):
     """Rank 1 killed mid-training: the launcher stops rank 0 too and names the rank."""
     workdir = mlm_workdir_factory(tmp_path / "work", max_iters=100_000, lr_decay_iters=100_000,
@@ -143,7 +157,9 @@ def test_a_rank_that_dies_ends_the_whole_run(mlm_workdir_factory, tmp_path):
             launcher.kill()
     assert time.monotonic() - killed_at < 10
     assert code != 0
-    assert "error: rank 1 of 2 was killed by SIGKILL; the other ranks were stopped" in stderr_path.read_text()
+    stderr = stderr_path.read_text()
+    assert "error: rank 1 of 2 was killed by SIGKILL; the other ranks were stopped" in stderr
+    assert "Traceback" not in stderr  # a survivor's traceback goes to the file the line names
 
 
 def test_torchrun_runs_the_same_main(mlm_workdir_factory, tmp_path):

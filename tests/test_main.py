@@ -32,6 +32,9 @@ IN_PROCESS_ERRORS = {
     "override out of range": (["--dropout", "1.5"], "--dropout 1.5: expected a number in [0, 1)"),
     "foreign checkpoint": (["--cp", "{workdir}/foreign.pt"], "foreign.pt: not a checkpoint of this program"),
     "--test without --cp": (["--test"], "--test needs a checkpoint"),
+    "--switch-training without --cp": (["--switch-training"], "--switch-training needs a checkpoint: --cp PATH"),
+    "--dont-load-optimizer with --test": (["--cp", "{checkpoint}", "--test", "--dont-load-optimizer"],
+                                          "--dont-load-optimizer starts training; --test only scores --cp"),
     "checkpoint with fewer layers": (["--cp", "{checkpoint}", "--n-layer", "3"],
                                      "n-layer = 2 in the checkpoint but 3"),
 }

@@ -1,6 +1,9 @@
 """Tests of the two shard preparers on the IMDB fixture corpus: no token lost, whole words kept,
 80/10/10 splits, reproducible output, static masking statistics (whole words too) and one-line user
 errors."""
+import errno
+import re
+
 import numpy as np
 import pytest
 
@@ -243,3 +246,28 @@ def test_bad_id_inputs_exit_2_and_leave_no_shard(tmp_path, id_stream, vocab_dir,
         last_line = err.strip().splitlines()[-1]  # a failure midway follows the progress bar
         assert last_line.startswith("error: ") and message in last_line, (change, err)
         assert not out.exists() or list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize("full_at", ["the first writes", "the last write"])
+def test_a_full_disk_is_one_line_and_leaves_no_file(tmp_path, imdb_corpus, vocab_dir, capsys, monkeypatch, full_at):
+    import gzip
+    original, writes = gzip.GzipFile.write, []
+
+    def counted_write(self, data):
+        writes.append(len(data))
+        if len(writes) > room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return original(self, data)
+
+    monkeypatch.setattr(gzip.GzipFile, "write", counted_write)
+    room = 10 ** 9
+    run_text(tmp_path / "whole", imdb_corpus, vocab_dir)
+    room, writes[:] = (3 if full_at == "the first writes" else len(writes) - 1), []  # the last: a header
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        run_text(out, imdb_corpus, vocab_dir)
+    assert exit_info.value.code == 2
+    last_line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert re.fullmatch(rf"error: no space left on device writing {re.escape(str(out))}/\w+\.msgpack(\.gz)?",
+                        last_line), last_line
+    assert list(out.iterdir()) == []  # no temporary file, and no split finished before the failure

@@ -216,6 +216,44 @@ def test_resume_with_dropout_continues_exactly(mlm_workdir_factory, tmp_path, mo
     check_resume_equivalence(mlm_workdir_factory, tmp_path, monkeypatch, training_losses, dropout=0.1)
 
 
+@pytest.mark.parametrize("override", [["--mask-rate", "0.3"], ["--val-dataset-pattern", "train_imdb_64_*.msgpack"],
+                                      ["--masking", "static"]])
+def test_resuming_refuses_settings_that_change_what_the_run_measures(mlm_workdir, capsys, override,
+                                                                    skip_flops_measurement):
+    run_to(2, "--val-interval", "2")
+    before = {path: path.read_bytes() for path in Path("runs/run0").rglob("*") if path.is_file()}
+    with pytest.raises(SystemExit) as exit_info:
+        run_to(4, "--cp", "runs/run0/checkpoints/checkpoint.pt", *override)
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    key = override[0].removeprefix("--")
+    assert error.startswith("error: runs/run0/checkpoints/checkpoint.pt: the run has " + key), error
+    assert "--switch-training" in error
+    assert {path: path.read_bytes() for path in Path("runs/run0").rglob("*") if path.is_file()} == before
+
+
+def test_switch_training_starts_a_new_run_from_the_weights(mlm_workdir, skip_flops_measurement):
+    run_to(3, "--val-interval", "3")
+    run_to(2, "--cp", "runs/run0/checkpoints/checkpoint.pt", "--switch-training", "--mask-rate", "0.3")
+    saved = load(Path("runs/run1/checkpoints/checkpoint.pt"))
+    assert saved["step"] == 2 and saved["config"]["mask-rate"] == 0.3
+    assert saved["start"] == str(Path("runs/run0/checkpoints/checkpoint.pt").resolve())
+    log = Path("runs/run1/logs/log.txt").read_text(encoding="utf-8")
+    assert "loaded the encoder of runs/run0/checkpoints/checkpoint.pt (mlm step 3)" in log
+    assert load(Path("runs/run0/checkpoints/checkpoint.pt"))["step"] == 3  # the first run untouched
+
+
+def test_dont_load_optimizer_resumes_the_run_with_fresh_moments(mlm_workdir, monkeypatch, skip_flops_measurement):
+    run_to(3, "--val-interval", "3")
+    loaded = []
+    monkeypatch.setattr(torch.optim.AdamW, "load_state_dict", lambda self, state: loaded.append(state))
+    run_to(5, "--cp", "runs/run0/checkpoints/checkpoint.pt", "--dont-load-optimizer")
+    assert loaded == [] and not Path("runs/run1").exists()
+    assert load(Path("runs/run0/checkpoints/checkpoint.pt"))["step"] == 5
+    log = Path("runs/run0/logs/log.txt").read_text(encoding="utf-8")
+    assert "resuming runs/run0/checkpoints/checkpoint.pt at step 3" in log and "optimizer starts afresh" in log
+
+
 def test_second_run_gets_its_own_directory(mlm_workdir, skip_flops_measurement):
     run_to(2)
     first_log = Path("runs/run0/logs/log.txt").read_text(encoding="utf-8")
@@ -227,6 +265,55 @@ def test_second_run_gets_its_own_directory(mlm_workdir, skip_flops_measurement):
     assert load(Path("runs/run1/checkpoints/checkpoint.pt"))["step"] == 3
     log = Path("runs/run1/logs/log.txt").read_text(encoding="utf-8")
     assert f"run directory: {Path('runs/run1').absolute()}" in log
+
+
+# ----------------------------------------------------------------------------- failed starts
+
+def truncate(split: str):
+    shard = next(Path("datasets").glob(f"{split}_imdb_64_*.msgpack*"))
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+
+
+def wrong_val_pattern():
+    config = Path("config.ini").read_text()
+    Path("config.ini").write_text(config.replace("val_imdb_64_*.msgpack", "val_wiki_*.msgpack"))
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda: truncate("val"), "val_imdb_64_"), (wrong_val_pattern, "val_wiki_*.msgpack"),
+    (lambda: truncate("train"), "train_imdb_64_")])  # read at step 1: after the run directory was made
+def test_a_run_that_cannot_start_says_why_and_leaves_no_run_directory(mlm_workdir, capsys, damage, message,
+                                                                      skip_flops_measurement):
+    damage()
+    with pytest.raises(SystemExit) as exit_info:
+        run_to(2)
+    assert exit_info.value.code == 2
+    error_lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1 and message in error_lines[0], error_lines
+    assert not Path("runs").exists() or not any(Path("runs").iterdir())
+
+
+def test_a_second_process_on_the_same_run_is_refused(mlm_workdir, capsys, skip_flops_measurement):
+    from run_log import lock_run_dir
+    run_to(2, "--val-interval", "2")
+    held = lock_run_dir(Path("runs/run0"))  # as the other process would hold it
+    log_before = Path("runs/run0/logs/log.txt").read_text(encoding="utf-8")
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            run_to(4, "--cp", "runs/run0/checkpoints/checkpoint.pt")
+    finally:
+        held.close()
+    assert exit_info.value.code == 2
+    assert "another process is training this run" in capsys.readouterr().err.splitlines()[-1]
+    assert Path("runs/run0/logs/log.txt").read_text(encoding="utf-8") == log_before
+    run_to(4, "--cp", "runs/run0/checkpoints/checkpoint.pt")  # once it has ended, the run resumes
+    assert load(Path("runs/run0/checkpoints/checkpoint.pt"))["step"] == 4
+
+
+def test_warmup_longer_than_the_run_is_warned_about(mlm_workdir, skip_flops_measurement):
+    run_to(2)  # warmup-iters 10
+    log = Path("runs/run0/logs/log.txt").read_text(encoding="utf-8")
+    assert "warning: warmup-iters = 10 is above max-iters = 2" in log
 
 
 # ----------------------------------------------------------------------------- stopping
@@ -284,48 +371,44 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(mlm_workdir):
 
 # ----------------------------------------------------------------------------- NaN guard
 
-def test_nan_loss_stops_with_one_line_and_keeps_the_good_checkpoint(mlm_workdir, monkeypatch, capsys,
-                                                                  skip_flops_measurement):
+@pytest.fixture
+def good_run(mlm_workdir, skip_flops_measurement):
+    """Two steps validated and saved: the checkpoints directory and its files' bytes."""
     run_to(2, "--val-interval", "2")
     checkpoints = mlm_workdir / "runs" / "run0" / "checkpoints"
-    good = {name: (checkpoints / name).read_bytes() for name in ("checkpoint.pt", "best.pt")}
+    return checkpoints, {name: (checkpoints / name).read_bytes() for name in ("checkpoint.pt", "best.pt")}
 
+
+def resume_with_nan_loss(monkeypatch, capsys, *, in_training: bool, options: tuple) -> list[str]:
+    """Resume the good run to step 8 with the loss NaN in training or in validation; its error lines."""
     original = MaskedLMTask.loss
 
     def loss_turning_nan(self, model, batch, generator=None):
         result = original(self, model, batch, generator)
-        return (result[0] * float("nan"), *result[1:]) if torch.is_grad_enabled() else result
+        return (result[0] * float("nan"), *result[1:]) if torch.is_grad_enabled() == in_training else result
 
     monkeypatch.setattr(MaskedLMTask, "loss", loss_turning_nan)
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
-        # NaN from step 3 on; checked at log and validation steps only: step 4 is both, and must not be saved.
-        run_to(8, "--cp", "runs/run0/checkpoints/checkpoint.pt", "--val-interval", "4", "--log-interval", "4")
+        run_to(8, "--cp", "runs/run0/checkpoints/checkpoint.pt", *options)
     assert exit_info.value.code == 2
-    stderr = capsys.readouterr().err
-    error_lines = [line for line in stderr.splitlines() if line.startswith("error:")]
-    assert len(error_lines) == 1 and "not finite" in error_lines[0] and "step 4" in error_lines[0], stderr
+    return [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+
+
+def test_nan_loss_stops_with_one_line_and_keeps_the_good_checkpoint(good_run, monkeypatch, capsys):
+    checkpoints, good = good_run
+    # NaN from step 3 on; checked at log and validation steps only: step 4 is both, and must not be saved.
+    error_lines = resume_with_nan_loss(monkeypatch, capsys, in_training=True,
+                                       options=("--val-interval", "4", "--log-interval", "4"))
+    assert len(error_lines) == 1 and "not finite" in error_lines[0] and "step 4" in error_lines[0], error_lines
     assert str(checkpoints.resolve()) in error_lines[0]
     assert {name: (checkpoints / name).read_bytes() for name in good} == good
     assert sorted(path.name for path in checkpoints.iterdir()) == ["best.pt", "checkpoint.pt"]
 
 
-def test_nan_validation_loss_stops_and_never_becomes_best(mlm_workdir, monkeypatch, capsys, skip_flops_measurement):
-    run_to(2, "--val-interval", "2")
-    checkpoints = mlm_workdir / "runs" / "run0" / "checkpoints"
-    good = {name: (checkpoints / name).read_bytes() for name in ("checkpoint.pt", "best.pt")}
-    original = MaskedLMTask.loss
-
-    def validation_turning_nan(self, model, batch, generator=None):
-        result = original(self, model, batch, generator)
-        return result if torch.is_grad_enabled() else (result[0] * float("nan"), *result[1:])
-
-    monkeypatch.setattr(MaskedLMTask, "loss", validation_turning_nan)
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:
-        run_to(8, "--cp", "runs/run0/checkpoints/checkpoint.pt", "--val-interval", "4")
-    assert exit_info.value.code == 2
-    error_lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+def test_nan_validation_loss_stops_and_never_becomes_best(good_run, monkeypatch, capsys):
+    checkpoints, good = good_run
+    error_lines = resume_with_nan_loss(monkeypatch, capsys, in_training=False, options=("--val-interval", "4"))
     assert len(error_lines) == 1 and "validation loss is not finite" in error_lines[0] and "step 4" in error_lines[0]
     assert {name: (checkpoints / name).read_bytes() for name in good} == good
 
@@ -436,17 +519,18 @@ def test_dynamic_masking_of_static_shards_starts_from_the_original_ids(mlm_stati
 
 def test_masking_key_must_match_the_shards(mlm_workdir, mlm_static_whole_word_base_dir, monkeypatch, capsys,
                                            skip_flops_measurement, tmp_path):
-    static_dir = tmp_path / "static"  # a copy: the failed runs leave run directories behind
+    static_dir = tmp_path / "static"
     for name in ("vocab", "datasets"):
         shutil.copytree(mlm_static_whole_word_base_dir / name, static_dir / name)
+    # The validation split is checked first, before the run directory is made.
     cases = [(mlm_workdir, ["--masking", "static"],
-              f"{Path('datasets') / 'train_imdb_64_123.msgpack.gz'}: the shard holds no masks but the config has "
+              f"{Path('datasets') / 'val_imdb_64_123.msgpack.gz'}: the shard holds no masks but the config has "
               "masking = static"),
              (static_dir, ["--masking", "static", "--mask-rate", "0.3"],
-              "train_imdb_64_123.msgpack.gz: masked with whole-word-masking = true but the config has "
+              "val_imdb_64_123.msgpack.gz: masked with whole-word-masking = true but the config has "
               "whole-word-masking = false and masking = static"),
              (static_dir, ["--masking", "static", "--whole-word-masking"],
-              "train_imdb_64_123.msgpack.gz: masked with mask-rate = 0.3 but the config has mask-rate = 0.15")]
+              "val_imdb_64_123.msgpack.gz: masked with mask-rate = 0.3 but the config has mask-rate = 0.15")]
     for directory, options, message in cases:
         monkeypatch.chdir(directory)
         capsys.readouterr()
@@ -455,6 +539,7 @@ def test_masking_key_must_match_the_shards(mlm_workdir, mlm_static_whole_word_ba
         assert exit_info.value.code == 2
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+        assert not (directory / "runs").exists()
 
 
 # ----------------------------------------------------------------------------- signal handlers
