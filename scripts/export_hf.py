@@ -24,8 +24,9 @@ from errors import UserError, exit_on_user_error  # noqa: E402
 from hf_weights import to_hf  # noqa: E402
 from vocab import Vocab  # noqa: E402
 
-# An ELECTRA checkpoint exports its discriminator, the encoder that fine-tuning keeps.
-ARCHITECTURES = ({"mlm": "BertForMaskedLM", "electra": "BertModel"}
+# An ELECTRA checkpoint exports its discriminator, the encoder that fine-tuning keeps; an imported
+# BertModel (task "encoder") goes back as one, with its pooler.
+ARCHITECTURES = ({"mlm": "BertForMaskedLM", "electra": "BertModel", "encoder": "BertModel"}
                  | {task: "BertForSequenceClassification" for task in CLASSIFICATION_TASKS})
 # Model settings transformers' BERT cannot express, with the value BERT has.
 BERT_ONLY = {"norm": "postln", "position": "learned", "feed_forward": "gelu", "pooling": "cls"}
@@ -76,7 +77,7 @@ def export(checkpoint_path: Path, out_dir: Path):
         raise UserError(f"{out_dir}: cannot create output directory ({error.strerror})") from None
     weights = checkpoint["model"]
     if ARCHITECTURES[checkpoint["task"]] == "BertModel":
-        weights = {name: tensor for name, tensor in weights.items() if name.startswith("encoder.")}
+        weights = {name: tensor for name, tensor in weights.items() if name.startswith(("encoder.", "pooler."))}
     weights = to_hf(weights)
     atomic_write(out_dir / "model.safetensors", lambda temp: save_file(weights, temp, metadata={"format": "pt"}))
     files = {"config.json": json.dumps(hf_config(checkpoint), indent=2) + "\n",
@@ -89,7 +90,7 @@ def export(checkpoint_path: Path, out_dir: Path):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cp", type=Path, required=True,
-                        help="our checkpoint (mlm, sst2, classify, or electra: its discriminator)")
+                        help="our checkpoint (mlm, sst2, classify, an imported encoder, or electra: its discriminator)")
     parser.add_argument("-o", "--output", type=Path, required=True, help="directory to write")
     return parser.parse_args(argv)
 

@@ -40,7 +40,10 @@ def read_config(directory: Path) -> dict:
 
 def read_weights(directory: Path) -> dict[str, torch.Tensor]:
     if (directory / "model.safetensors").is_file():
-        return load_file(directory / "model.safetensors")
+        try:
+            return load_file(directory / "model.safetensors")
+        except Exception as error:  # safetensors raises its own kind for a truncated or damaged file
+            raise UserError(f"{directory / 'model.safetensors'}: not readable ({error})") from None
     if (directory / "pytorch_model.bin").is_file():
         try:
             return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)

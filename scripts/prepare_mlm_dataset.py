@@ -13,6 +13,9 @@ masks each batch afresh.
 With --pairs nsp or sop, samples are sentence pairs [CLS] A [SEP] B [SEP] with a label, built per
 document (one a line) as Google BERT does (see src/sentence_pairs.py); documents, not samples,
 go to train, val or test.
+
+Lines longer than 65,536 characters are cut at spaces (a one-line corpus such as text8 is read
+in bounded memory); with --pairs each piece is a document.
 """
 import argparse
 import itertools
@@ -25,7 +28,7 @@ from tqdm import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from config import SENTENCE_OBJECTIVES  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
-from input_files import expand_inputs  # noqa: E402
+from input_files import expand_inputs, read_chunks, short_lines  # noqa: E402
 from preparation import (SPLITS, SplitWriter, add_shared_arguments, check_shared_arguments,  # noqa: E402
                          masking_rule, prepare_output_dir, print_written, split_summary)
 from sentence_pairs import PairMaker, encode_documents, pair_sample  # noqa: E402
@@ -40,15 +43,14 @@ def read_line_chunks(files: list[Path], chunk_bytes: int, progress) -> iter:
     for file in files:
         with file.open("rb") as stream:
             offset = 0
-            while data := stream.read(chunk_bytes):
-                data += stream.readline()  # finish the line the chunk ends in
+            for data in read_chunks(stream, chunk_bytes):
                 try:
                     text = data.decode("utf-8")
                 except UnicodeDecodeError as error:
                     raise UserError(f"{file}: not UTF-8 text (byte {offset + error.start})") from None
                 offset += len(data)
                 progress.update(len(data))
-                yield [line for line in text.split("\n") if line.strip()]
+                yield short_lines([line for line in text.split("\n") if line.strip()])
 
 
 def encode_lines(vocab, lines: list[str]) -> np.ndarray:
@@ -97,10 +99,11 @@ class SegmentPacker:
 
     def __init__(self, vocab, max_pieces: int):
         self.is_continuation = vocab.is_continuation  # a segment may not start at `##ing`
+        self.unk_id = vocab.unk_id
         self.max_pieces = max_pieces
         self.carry_ids = np.empty(0, dtype=np.int64)
         self.carry_breaks = np.empty(0, dtype=bool)
-        self.pieces = self.words_cut = self.short = 0
+        self.pieces = self.words_cut = self.short = self.unknown = 0
 
     def pack(self, ids: np.ndarray, final: bool = False) -> list[np.ndarray]:
         """Segments closed by this chunk's ids (whole lines), each an array of word pieces."""
@@ -109,6 +112,7 @@ class SegmentPacker:
         breaks, cut = cut_long_words(word_starts, self.max_pieces)
         self.words_cut += cut
         self.pieces += len(ids)
+        self.unknown += int(np.count_nonzero(ids == self.unk_id))
         ids = np.concatenate([self.carry_ids, ids])
         breaks = np.concatenate([self.carry_breaks, breaks])
         spans, rest = pack_segments(breaks, self.max_pieces, final)
@@ -197,7 +201,8 @@ def main(argv=None):
     print(f"{writer.samples.sum():,} samples ({split_summary(writer)}), {writer.tokens:,} tokens "
           f"({packer.pieces:,} word pieces + [CLS]/[SEP])")
     print(f"{packer.short:,} short samples (< {(args.seq_len - 2) / 2:g} pieces), "
-          f"{packer.words_cut:,} words longer than {args.seq_len - 2} pieces cut")
+          f"{packer.words_cut:,} words longer than {args.seq_len - 2} pieces cut, "
+          f"{packer.unknown:,} [UNK] pieces (words the vocabulary cannot spell, or longer than 100 characters)")
 
 
 if __name__ == "__main__":

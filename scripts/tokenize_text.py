@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from errors import UserError, exit_on_user_error  # noqa: E402
-from input_files import expand_inputs  # noqa: E402
+from input_files import expand_inputs, read_chunks, short_lines  # noqa: E402
 from token_stream import TOKENS_PER_STREAM_BLOCK, TokenStreamWriter  # noqa: E402
 from vocab import Vocab, load_vocab  # noqa: E402
 
@@ -31,11 +31,11 @@ ENCODE_BATCH_CHARS = 1 << 20
 
 
 def read_line_chunks(file: Path, chunk_bytes: int):
-    """Yield (offset, chunk): the file's bytes about chunk_bytes at a time, ending at line ends."""
+    """Yield (offset, chunk): the file's bytes about chunk_bytes at a time, ending at line ends
+    (input_files.read_chunks)."""
     offset = 0
     with file.open("rb") as stream:
-        while chunk := stream.read(chunk_bytes):
-            chunk += stream.readline()  # finish the line cut by read(), so no line is split
+        for chunk in read_chunks(stream, chunk_bytes):
             yield offset, chunk
             offset += len(chunk)
 
@@ -56,7 +56,7 @@ def line_batches(lines: list[str], batch_chars: int = ENCODE_BATCH_CHARS):
 def encode_chunk(vocab: Vocab, file_name: str, offset: int, chunk: bytes) -> np.ndarray:
     """The ids of every line in the chunk (at offset in the file), concatenated, as id dtype."""
     try:
-        lines = chunk.decode("utf-8").split("\n")
+        lines = short_lines(chunk.decode("utf-8").split("\n"))
     except UnicodeDecodeError as error:
         raise UserError(f"{file_name}: not UTF-8 text ({error.reason} at byte {offset + error.start})") from None
     # The tokenizer's Encoding objects take ~150 bytes a token: encoding the chunk in batches of
@@ -160,6 +160,8 @@ def tokenize_files(files: list[Path], vocab_path, output: Path, nproc: int = 1,
             for block in fixed_size_blocks(ids_counting_bytes(encoded, bar), TOKENS_PER_STREAM_BLOCK):
                 writer.write(block)
                 tokens += len(block)
+            if tokens == 0:  # the preparers could not use the stream
+                raise UserError(f"{', '.join(map(str, files))}: no tokens in the input (only whitespace)")
     except OSError as error:
         raise UserError(f"{error.filename or output}: {error.strerror or error}") from None
     return tokens

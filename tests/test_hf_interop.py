@@ -134,6 +134,25 @@ def test_imported_encoder_only_model_keeps_hidden_states(vocab_dir, tmp_path):
         torch.testing.assert_close(torch.tanh(ours.pooler(ours.encoder(ids)[:, 0])), theirs(ids).pooler_output,
                                    rtol=1e-4, atol=1e-4)
 
+    export_hf.export(tmp_path / "encoder.pt", tmp_path / "back")  # and back, as a BertModel with its pooler
+    returned, info = BertModel.from_pretrained(tmp_path / "back", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    with torch.no_grad():
+        torch.testing.assert_close(returned.eval()(ids).pooler_output, theirs(ids).pooler_output)
+
+
+def test_a_truncated_safetensors_file_is_one_line(vocab_dir, tmp_path, capsys):
+    random_bert(TheirMaskedLM, vocab_dir, tmp_path / "hf")
+    weights = tmp_path / "hf" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    capsys.readouterr()  # transformers' progress bar
+    with pytest.raises(SystemExit) as exit_info:
+        import_hf.main(["-i", str(tmp_path / "hf"), "-o", str(tmp_path / "x.pt")])
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {weights}: not readable"), lines
+    assert not (tmp_path / "x.pt").exists()
+
 
 def test_import_errors_name_the_file(tmp_path, vocab_dir):
     (tmp_path / "config.json").write_text('{"model_type": "roberta"}')

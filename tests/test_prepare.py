@@ -109,13 +109,13 @@ def test_long_words_are_cut_and_counted(tmp_path, vocab, vocab_dir, capsys):
     # WordPiece makes words over 100 characters [UNK], so only short samples can cut a word.
     corpus = tmp_path / "long.txt"
     long_word = "zqxj" * 20  # 80 single-letter pieces
-    lines = ["a short line", f"{long_word} ends here", "the end"]
+    lines = ["a short line", f"{long_word} ends here", "the end", "x" * 101]
     corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
     prepare_mlm_dataset.main(["-i", str(corpus), "-l", "long", "-o", str(tmp_path), "-m", "16", "-v", str(vocab_dir)])
-    assert "1 words longer than 14 pieces cut" in capsys.readouterr().out
+    assert "1 words longer than 14 pieces cut, 1 [UNK] pieces" in capsys.readouterr().out
     samples = samples_in_order(tmp_path, label="long", seq_len=16)
     assert np.concatenate([sample[1:-1] for sample in samples]).tolist() == sum(vocab.encode(lines), [])
-    assert [len(sample) - 2 for sample in samples] == [3, 14, 14, 14, 14, 14, 10 + 3 + 1, 1]
+    assert [len(sample) - 2 for sample in samples] == [3, 14, 14, 14, 14, 14, 10 + 3 + 1, 1 + 1]
 
 
 def test_splits_are_about_80_10_10(text_out, fixed_out):

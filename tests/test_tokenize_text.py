@@ -71,7 +71,7 @@ def test_blocks_are_cut_to_a_fixed_size_whatever_the_arrays():
 def test_chunks_end_at_line_ends(imdb_corpus):
     offsets, chunks = zip(*tokenize_text.read_line_chunks(imdb_corpus, 777))
     assert b"".join(chunks) == imdb_corpus.read_bytes()
-    assert all(chunk.endswith(b"\n") for chunk in chunks)
+    assert all(chunk.endswith(b"\n") or (chunk.endswith(b" ") and len(chunk) > 777) for chunk in chunks)
     assert list(offsets) == [0] + np.cumsum([len(chunk) for chunk in chunks])[:-1].tolist()
 
 
@@ -90,6 +90,8 @@ def bad_invocations(corpus: Path, vocab_dir: Path, tmp: Path) -> dict[str, list]
     empty.touch()
     not_utf8 = tmp / "latin1.txt"
     not_utf8.write_bytes(corpus.read_bytes()[:200_000] + "café\n".encode("latin-1"))
+    blank = tmp / "blank.txt"
+    blank.write_text(" \n\t\n\n", encoding="utf-8")
     no_specials = tmp / "words.txt"
     no_specials.write_text("the\nmovie\n", encoding="utf-8")
     out = tmp / "out.ids"
@@ -98,6 +100,7 @@ def bad_invocations(corpus: Path, vocab_dir: Path, tmp: Path) -> dict[str, list]
         "missing input": (["-i", tmp / "absent.txt", "-o", out, "-v", vocab_dir], "absent.txt"),
         "glob matching nothing": (["-i", tmp / "none-*.txt", "-o", out, "-v", vocab_dir], "none-*.txt"),
         "empty input": (["-i", empty, "-o", out, "-v", vocab_dir], "empty.txt"),
+        "whitespace only": (["-i", blank, "-o", out, "-v", vocab_dir], "blank.txt: no tokens in the input"),
         "input not UTF-8": (["-i", not_utf8, "-o", out, "-v", vocab_dir, "-n", "2"], "latin1.txt"),
         "input not UTF-8, late": (["-i", not_utf8, "-o", out, "-v", vocab_dir, "--chunk-mb", "0.01"],
                                    f"at byte {not_utf8_at}"),
