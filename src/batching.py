@@ -21,6 +21,14 @@ def gather_padded(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray, wid
     return np.where(present, gathered, fill), present
 
 
+def kept_rows(count: int, share: float, seed: int) -> np.ndarray:
+    """A seeded, fixed share of `count` rows (dataset-percentage), in their order; all for 1."""
+    if share >= 1:
+        return np.arange(count)
+    keep = max(1, round(share * count))
+    return np.sort(np.random.default_rng(seed).choice(count, size=keep, replace=False))
+
+
 class BatchOrder:
     """Which samples form each batch, for this rank; the same for every run with one seed."""
 

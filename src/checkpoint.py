@@ -7,6 +7,7 @@ A checkpoint is a dict saved with torch.save. Its "optimizer" is None for a star
 import os
 import shutil
 import warnings
+import dataclasses
 from dataclasses import asdict, fields
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import torch
 from torch import nn
 
 from atomic import atomic_write
-from config import CLASSIFICATION_TASKS
+from config import CLASSIFICATION_TASKS, Config
 from errors import UserError
 from model import ModelConfig
 from vocab import Vocab
@@ -54,14 +55,15 @@ def save_to_file(state: dict, path: Path):
         torch.save(state, file)
 
 
-def load(path: Path) -> dict:
-    """A checkpoint of ours, loaded safely: torch.load with weights_only never runs pickled code."""
+def load(path: Path, mmap: bool = False) -> dict:
+    """A checkpoint of ours, loaded safely: torch.load with weights_only never runs pickled code.
+    mmap: tensors are read from the file only when used (a quick look at the settings)."""
     if not path.is_file():
         raise UserError(f"{path}: checkpoint not found")
     try:
         with warnings.catch_warnings():  # a damaged file can make torch warn too: the error line says it all
             warnings.simplefilter("ignore")
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as error:  # torch raises many kinds for a bad file
         raise UserError(f"{path}: not a readable checkpoint ({error.__class__.__name__})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
@@ -70,6 +72,19 @@ def load(path: Path) -> dict:
     if missing:
         raise UserError(f"{path}: a damaged checkpoint, without {', '.join(missing)}")
     return state
+
+
+# The config keys of the architecture; each is also the ModelConfig field that stores it.
+ARCHITECTURE_KEYS = ("d_model", "heads", "n_layer", "d_ff", "norm", "position", "feed_forward")
+
+
+def with_architecture(config: Config, checkpoint: dict) -> Config:
+    """The config with the checkpoint's architecture for each key that neither the config files nor
+    the command line set, so a fine-tuning config need not repeat them (one that does must agree:
+    check_compatible names a key that differs)."""
+    saved = checkpoint["model_config"]
+    taken = {key: saved.get(key, MODEL_DEFAULTS[key]) for key in ARCHITECTURE_KEYS if key not in config.given}
+    return dataclasses.replace(config, **taken)
 
 
 def restore_model(path: Path, kinds: dict[str, type]) -> tuple[nn.Module, Vocab, dict]:

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from batching import BatchOrder, LengthGroupedBatchOrder, gather_padded
+from batching import BatchOrder, LengthGroupedBatchOrder, gather_padded, kept_rows
 from errors import UserError
 from hardware import to_device
 from model import BertForSequenceClassification, model_config
@@ -33,8 +33,8 @@ class Sentences:
 
 
 def find_split_file(datasets_dir: Path, split: str) -> Path:
-    """Hugging Face parquet first, then GLUE TSV, in datasets/ or datasets/SST-2/."""
-    for directory in (datasets_dir, datasets_dir / "SST-2"):
+    """Hugging Face parquet first, then GLUE TSV, in datasets/ or GLUE's datasets/SST-2/ or datasets/CoLA/."""
+    for directory in (datasets_dir, datasets_dir / "SST-2", datasets_dir / "CoLA"):
         for names in (PARQUET_NAMES, TSV_NAMES):
             if (directory / names[split]).is_file():
                 return directory / names[split]
@@ -175,14 +175,15 @@ def matthews_correlation(confusion: np.ndarray) -> float:
 
 
 class ClassificationTask:
-    """Fine-tuning as the trainer sees it: a classifier on BERT, sentences in, labels out."""
-    best_metric = "accuracy"
+    """Fine-tuning as the trainer sees it: a classifier on BERT, sentences in, labels out. best.pt
+    is the most accurate, or for CoLA the best Matthews correlation (GLUE's metric for it)."""
     lower_is_better = False
     predictions_per_token = 0.0  # no MLM head
-    measuring_keys = ("seq-len",)  # sentences are cut to it
+    measuring_keys = ("seq-len", "dataset-percentage", "val-dataset-percentage")  # sentences are cut to seq-len
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         self.name = config.task_type
+        self.best_metric = "matthews" if config.task_type == "cola" else "accuracy"
         self.config = config
         self.vocab = vocab
         self.device = device
@@ -192,8 +193,14 @@ class ClassificationTask:
 
     def data(self, split: str) -> EncodedSentences:
         if split not in self.splits:
-            path = find_split_file(Path(self.config.datasets_dir), split)
-            encoded = EncodedSentences(read_sentences(path), self.vocab, self.config.seq_len)
+            path = find_split_file(self.config.datasets_path, split)
+            sentences = read_sentences(path)
+            share = {"train": self.config.dataset_percentage, "val": self.config.val_dataset_percentage}.get(split, 1.0)
+            kept = kept_rows(len(sentences.texts), share, self.config.seed)
+            if len(kept) < len(sentences.texts):
+                sentences = Sentences([sentences.texts[row] for row in kept], sentences.labels[kept],
+                                      sentences.index[kept])
+            encoded = EncodedSentences(sentences, self.vocab, self.config.seq_len)
             labels = encoded.labels[encoded.labels != HIDDEN_LABEL]
             if labels.size and (labels.min() < 0 or labels.max() >= self.config.num_labels):
                 raise UserError(f"{path}: labels range from {labels.min()} to {labels.max()}, "

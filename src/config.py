@@ -1,12 +1,13 @@
 """Training settings: one typed, validated Config read from an INI file plus `--key value` overrides.
 
-The INI dialect: `key = value` or `key: value`, `#` comments, `45_000`; the config files of the
-BERT project this program replaces load unchanged.
+The INI dialect: `key = value` or `key: value`, a key alone on a line for true, `#` comments,
+`45_000`; the config files of the BERT project this program replaces load unchanged, and so does
+its habit of a ./local_config.ini beside ./config.ini that overrides it.
 """
 import difflib
 import math
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -53,11 +54,15 @@ def one_of(*choices: str) -> Rule:
 
 
 # The tasks; main.py maps each name to its task class.
-CLASSIFICATION_TASKS = ("sst2", "classify")
+CLASSIFICATION_TASKS = ("sst2", "cola", "classify")
 TASK_TYPES = ("mlm", "clm", "electra", *CLASSIFICATION_TASKS)
+# Other names for keys and values, as the project this one replaces spelled them.
+KEY_ALIASES = {"n_layers": "n_layer", "t": "task_type"}
+VALUE_ALIASES = {"task_type": {"gpt": "clm"}}
+LOCAL_CONFIG = Path("local_config.ini")  # read after ./config.ini, overriding it
 # The model variants; model.py checks ModelConfig against the same tuples.
 NORMS = ("postln", "preln", "rmsnorm")
-POSITIONS = ("learned", "rope")
+POSITIONS = ("learned", "rope", "sinusoidal")
 FEED_FORWARDS = ("gelu", "geglu")
 POOLINGS = ("cls", "mean")
 SENTENCE_OBJECTIVES = ("none", "nsp", "sop")  # also what a shard's sentence pairs are labelled for
@@ -65,7 +70,7 @@ SENTENCE_OBJECTIVES = ("none", "nsp", "sop")  # also what a shard's sentence pai
 # One table for every per-field check; fields not listed accept any value of their type.
 RULES = {
     "task_type": one_of(*TASK_TYPES),
-    "seq_len": within(16, 2048),
+    "seq_len": within(8, 2048),
     "batch_size": at_least(1),
     "grad_accum_steps": at_least(1),
     "val_interval": at_least(1),
@@ -89,6 +94,15 @@ RULES = {
     "warmup_iters": at_least(0),
     "lr_decay_iters": at_least(0),
     "max_iters": at_least(1),
+    "test_iters": at_least(0),
+    "resume_warmup_iters": at_least(0),
+    "dataset_percentage": within(0, 1, "(]"),
+    "val_dataset_percentage": within(0, 1, "(]"),
+    "lr_scheduler": Rule(lambda value: scheduler_problem(value) is None,
+                         "cosine, none or steplr:STEP:GAMMA (STEP a positive integer, GAMMA in (0, 1])"),
+    "run_id": Rule(lambda value: value == "" or re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value) is not None,
+                   "a directory name: letters, digits, '.', '_' or '-', no path separator"),
+    "dist_backend": one_of("auto", "nccl", "gloo"),
     "weight_decay": at_least(0),
     "beta1": within(0, 1, "[)"),
     "beta2": within(0, 1, "[)"),
@@ -116,6 +130,27 @@ def attention_shape_problem(d_model: int, heads: int, position: str) -> str | No
     if position == "rope" and d_model // heads % 2:
         return f"position = rope needs an even head width, but d-model / heads = {d_model} / {heads} is odd"
     return None
+
+
+def scheduler_problem(text: str) -> str | None:
+    """What is wrong with an lr-scheduler value, or None; optimizer.py reads it with parse_scheduler."""
+    try:
+        parse_scheduler(text)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def parse_scheduler(text: str) -> tuple[str, int, float]:
+    """('cosine' | 'none' | 'steplr', step, gamma) from 'cosine', 'none' or 'steplr:STEP:GAMMA'."""
+    name, *arguments = text.strip().lower().split(":")
+    if name in ("cosine", "none") and not arguments:
+        return name, 0, 1.0
+    if name == "steplr" and len(arguments) == 2:
+        step, gamma = int(arguments[0]), float(arguments[1])
+        if step >= 1 and 0 < gamma <= 1:
+            return name, step, gamma
+    raise ValueError(f"not a scheduler: {text!r}")
 
 
 def replacement_shares_problem(replace_mask: float, replace_random: float) -> str | None:
@@ -179,6 +214,11 @@ class Config:
     warmup_iters: int = 100
     lr_decay_iters: int = 10_000
     max_iters: int = 10_000  # with a time budget: a cap on the steps, the budget decides the schedule
+    # After warmup: cosine decay to min-learning-rate at lr-decay-iters; none: constant;
+    # steplr:STEP:GAMMA: times GAMMA every STEP steps.
+    lr_scheduler: str = "cosine"
+    resume_warmup_iters: int = 0  # after a resume, ramp the rate back up over this many steps; 0: no ramp
+    test_iters: int = 0  # batches scored by --test; 0: the whole test split
     # Training time for the whole run ("30m"); the learning rate decays with the share spent and the
     # run ends when it is. Validation is not charged. 0: no budget, max-iters and lr-decay-iters rule.
     time_budget: str = "0"
@@ -197,15 +237,26 @@ class Config:
     case: str = ""
     base_dir: str = "."
     vocab: str = ""  # vocab.txt or its directory; "" means base_dir/vocab
+    datasets_dir: str = ""  # the shards' and classification files' directory; "": base_dir/datasets
     dataset_pattern: str = "train_*.msgpack"
     val_dataset_pattern: str = "val_*.msgpack"
     test_dataset_pattern: str = "test_*.msgpack"
+    # A seeded, fixed share of the training (validation) samples, for quick runs on a small machine.
+    dataset_percentage: float = 1.0
+    val_dataset_percentage: float = 1.0
+    run_id: str = ""  # the run directory's name under runs/; "": the next free runN
     num_labels: int = 2
     pooling: str = "cls"  # sst2/classify: what the classifier reads, cls (BERT) or mean (of the real tokens)
     dist_master_addr: str = "127.0.0.1"
     dist_master_port: int = 12233
+    dist_backend: str = "auto"  # auto: nccl on CUDA, gloo on CPU
     max_checkpoints: int = 1
     wandb: bool = False
+    # Accepted for old files: attention always runs PyTorch's fused kernels (scaled_dot_product_attention).
+    flash: bool = True
+    # Not a key: the config files read, in order, and the keys they or the command line set.
+    sources: tuple[str, ...] = field(default=(), compare=False, metadata={"ini": False})
+    given: frozenset[str] = field(default=frozenset(), compare=False, metadata={"ini": False})
 
     def __post_init__(self):
         validate(vars(self), {}, "config")
@@ -215,8 +266,8 @@ class Config:
         return Path(self.vocab) if self.vocab else Path(self.base_dir) / "vocab"
 
     @property
-    def datasets_dir(self) -> Path:
-        return Path(self.base_dir) / "datasets"
+    def datasets_path(self) -> Path:
+        return Path(self.datasets_dir) if self.datasets_dir else Path(self.base_dir) / "datasets"
 
     @property
     def runs_dir(self) -> Path:
@@ -239,7 +290,7 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         """INI key -> plain value; safe for torch.save and torch.load(weights_only=True)."""
-        return {INI_KEYS[name]: value for name, value in vars(self).items()}
+        return {INI_KEYS[name]: getattr(self, name) for name in FIELD_TYPES}
 
     @classmethod
     def from_dict(cls, settings: dict[str, Any], source: str = "saved config") -> "Config":
@@ -261,8 +312,8 @@ class Config:
         return [f"{key} = {ini_text(value)}".rstrip() for key, value in self.to_dict().items()]
 
 
-FIELD_TYPES = {field.name: field.type for field in fields(Config)}
-DEFAULTS = {field.name: field.default for field in fields(Config)}
+FIELD_TYPES = {field.name: field.type for field in fields(Config) if field.metadata.get("ini", True)}
+DEFAULTS = {name: field.default for field in fields(Config) if (name := field.name) in FIELD_TYPES}
 INI_KEYS = {name: name.replace("_", "-") for name in FIELD_TYPES}
 TYPE_NOUNS = {int: "an integer", float: "a number", str: "a string",
               bool: "a boolean (true/false, yes/no, on/off, 1/0)"}
@@ -271,14 +322,27 @@ BOOLEANS = {"true": True, "yes": True, "on": True, "1": True,
 
 
 def load_config(path: Path | None, overrides: list[str]) -> Config:
-    """Read the INI file (./config.ini when path is None), apply overrides, validate the result."""
-    path = find_config_file(path)
-    file_values, origins = read_ini(path)
+    """Read the INI file (./config.ini, then ./local_config.ini if there, when path is None),
+    apply overrides, validate the result."""
+    paths = config_files(path)
+    values, origins = {}, {}
+    for file in paths:  # a later file overrides an earlier one
+        file_values, file_origins = read_ini(file)
+        values |= file_values
+        origins |= file_origins
     override_values, override_origins = parse_overrides(overrides)
-    values = DEFAULTS | file_values | override_values
+    values |= override_values
     origins |= override_origins
-    validate(values, origins, str(path))
-    return Config(**values)
+    validate(DEFAULTS | values, origins, str(paths[-1]))
+    return Config(**(DEFAULTS | values), sources=tuple(map(str, paths)), given=frozenset(values))
+
+
+def config_files(path: Path | None) -> list[Path]:
+    """The files to read: the one named, or ./config.ini and ./local_config.ini where it exists."""
+    if path is not None:
+        return [find_config_file(path)]
+    local = [LOCAL_CONFIG] if LOCAL_CONFIG.is_file() else []
+    return [find_config_file(None)] + local
 
 
 def find_config_file(path: Path | None) -> Path:
@@ -302,6 +366,10 @@ def read_ini(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
         origin = f"{path}:{number}"
         key, text = split_key_value(line, origin)
         name = known_name(key, origin)
+        if text is None:  # a key alone on a line: a flag set to true
+            if FIELD_TYPES[name] is not bool:
+                raise UserError(f"{origin}: key '{INI_KEYS[name]}' has no value (only true/false keys may stand alone)")
+            text = "true"
         if name in first_lines:
             raise UserError(f"{origin}: key '{INI_KEYS[name]}' given twice "
                             f"(first on line {first_lines[name]})")
@@ -317,10 +385,15 @@ def read_text(path: Path) -> str:
         raise UserError(f"{path}: not a UTF-8 text file") from None
 
 
-def split_key_value(line: str, origin: str) -> tuple[str, str]:
-    """Split at the first '=' or ':', so `device = cuda:0` and `compile: true` both work."""
+def split_key_value(line: str, origin: str) -> tuple[str, str | None]:
+    """Split at the first '=' or ':', so `device = cuda:0` and `compile: true` both work; a
+    single word alone gives (key, None)."""
     separator = re.search("[=:]", line)
-    if separator is None or not line[:separator.start()].strip():
+    if separator is None:
+        if re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", line):
+            return line, None
+        raise UserError(f"{origin}: line is not 'key = value'")
+    if not line[:separator.start()].strip():
         raise UserError(f"{origin}: line is not 'key = value'")
     return line[:separator.start()].strip(), line[separator.end():].strip()
 
@@ -332,9 +405,9 @@ def parse_overrides(args: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
     while position < len(args):
         arg = args[position]
         position += 1
-        if not arg.startswith("--"):
+        if not arg.startswith("-") or arg == "-":
             raise UserError(f"{arg!r}: expected an option like --key value")
-        key, has_value, text = arg[2:].partition("=")
+        key, has_value, text = arg.lstrip("-").partition("=")
         name = known_name(key, origin=None)
         option = "--" + INI_KEYS[name]
         if not has_value:
@@ -354,6 +427,7 @@ def parse_overrides(args: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
 def known_name(key: str, origin: str | None) -> str:
     """Field name for an INI key or option (case-insensitive, '_' = '-'), or a UserError."""
     name = key.strip().lower().replace("-", "_")
+    name = KEY_ALIASES.get(name, name)
     if name in FIELD_TYPES:
         return name
     ini_key = name.replace("_", "-")
@@ -368,6 +442,8 @@ def known_name(key: str, origin: str | None) -> str:
 def typed_value(name: str, value: Any, origin: str) -> Any:
     """Convert text (or an already typed value) to the field's type, or a UserError."""
     kind = FIELD_TYPES[name]
+    if isinstance(value, str):
+        value = VALUE_ALIASES.get(name, {}).get(value.strip().lower(), value)
     try:
         return convert(kind, value)
     except (KeyError, ValueError):

@@ -34,9 +34,9 @@ def launched() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def join(device: torch.device) -> tuple[int, int, int]:
+def join(device: torch.device, backend: str = "auto") -> tuple[int, int, int]:
     """Join the process group the environment describes (env:// rendezvous at MASTER_ADDR:MASTER_PORT):
-    NCCL with one GPU per rank on CUDA, gloo on CPU. Returns rank, world size, local rank."""
+    dist-backend (auto: NCCL with one GPU per rank on CUDA, gloo on CPU). Returns rank, world size, local rank."""
     global _control_group
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -44,7 +44,10 @@ def join(device: torch.device) -> tuple[int, int, int]:
         if local_rank >= torch.cuda.device_count():
             raise UserError(f"local rank {local_rank} has no GPU: this machine has {torch.cuda.device_count()}")
         torch.cuda.set_device(local_rank)
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    if backend == "auto":
+        backend = "nccl" if device.type == "cuda" else "gloo"
+    elif backend == "nccl" and device.type != "cuda":
+        raise UserError(f"dist-backend = nccl needs CUDA devices, but device is {device}: use gloo")
     try:
         dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=COLLECTIVE_TIMEOUT)
     except dist.DistNetworkError as error:

@@ -3,6 +3,7 @@
     python src/main.py                          # train as ./config.ini says
     python src/main.py --cp runs/run0/checkpoints/checkpoint.pt   # resume, or fine-tune from it
     python src/main.py --cp runs/run0/checkpoints/best.pt --test  # score on the test split
+    python src/main.py --cp CKPT --switch-training   # a new run from CKPT's weights, whatever its task
     python src/main.py --learning-rate 3e-4     # any config key can be overridden
     python src/main.py --ddp --nproc 8          # 8 processes (one per GPU) with DistributedDataParallel
     torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:PORT src/main.py
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+import checkpoint as checkpoints
 import distributed
 from classification_task import ClassificationTask
 from config import Config, load_config
@@ -27,7 +29,7 @@ from vocab import load_vocab
 
 # config.TASK_TYPES names them; the trainer knows a task only through trainer.Task.
 TASKS = {"mlm": MaskedLMTask, "clm": CausalLMTask, "electra": ElectraTask, "sst2": ClassificationTask,
-         "classify": ClassificationTask}
+         "cola": ClassificationTask, "classify": ClassificationTask}
 
 
 def parse_args(argv):
@@ -44,6 +46,7 @@ def parse_args(argv):
                         help="train in --nproc processes on this machine with DistributedDataParallel "
                              "(rendezvous at dist-master-addr:dist-master-port); not needed under torchrun")
     parser.add_argument("--nproc", type=int, help="processes for --ddp (default: one per GPU, else 1)")
+    parser.add_argument("--dp", action="store_true", help=argparse.SUPPRESS)  # refused: see main()
     return parser.parse_known_args(argv)
 
 
@@ -55,7 +58,10 @@ def make_task(config: Config, rank: int = 0, world_size: int = 1):
 
 def run(config: Config, checkpoint: Path | None, test: bool, rank: int = 0, world_size: int = 1, *,
         switch_training: bool = False, load_optimizer: bool = True, stop: StopRequest | None = None):
-    """Score --cp on the test split, or train (see Trainer.fit) and return the run directory."""
+    """Score --cp on the test split, or train (see Trainer.fit) and return the run directory.
+    The architecture keys the config leaves out come from the checkpoint."""
+    if checkpoint is not None:
+        config = checkpoints.with_architecture(config, checkpoints.load(checkpoint, mmap=True))
     trainer = Trainer(config, make_task(config, rank, world_size), rank, world_size)
     if test:
         return trainer.test(checkpoint)
@@ -67,7 +73,7 @@ def run_rank(config: Config, args: argparse.Namespace):
     if args.test:
         raise UserError("--test runs in one process: leave out --ddp and torchrun")
     device = select_device(config.device)
-    rank, world_size, local_rank = distributed.join(device)
+    rank, world_size, local_rank = distributed.join(device, config.dist_backend)
     if device.type == "cuda":  # one GPU per rank
         config = dataclasses.replace(config, device=f"cuda:{local_rank}")
     run(config, args.cp, args.test, rank, world_size, **start_options(args))
@@ -90,6 +96,8 @@ def start_options(args: argparse.Namespace) -> dict:
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args, overrides = parse_args(argv)
+    if args.dp:
+        raise UserError("--dp (DataParallel) is not supported: use --ddp --nproc N, one process per GPU")
     config = load_config(args.config, overrides)
     options = start_options(args)
     if distributed.launched():  # a rank: started by --ddp below, or by torchrun

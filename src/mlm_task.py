@@ -13,7 +13,8 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from batching import BatchOrder, gather_padded
+from article_arrays import ArticleFiles, find_article_files, read_articles
+from batching import BatchOrder, gather_padded, kept_rows
 from config import ini_text
 from errors import UserError
 from hardware import to_device
@@ -80,11 +81,23 @@ def unmasked_ids(batch: dict) -> np.ndarray:
     return ids
 
 
+PATTERN_KEYS = {"train": "dataset_pattern", "val": "val_dataset_pattern", "test": "test_dataset_pattern"}
+
+
+def split_pattern(config, split: str) -> str:
+    """The split's file pattern; `{split}` in it stands for train, val or test, and a
+    dataset-pattern with `{split}` serves the splits whose own pattern the config leaves out."""
+    key = PATTERN_KEYS[split]
+    if "{split}" in config.dataset_pattern and key not in config.given:
+        key = "dataset_pattern"
+    return getattr(config, key).replace("{split}", split)
+
+
 class MaskedLMData:
     """Batches of one split; train shards take turns by epoch (K static copies: K masks)."""
 
     def __init__(self, paths: list[Path], expect: dict, seq_len: int, pad_id: int, sep_id: int, masking: str,
-                 rule: MaskingRule, order: BatchOrder, pairs: str | None = None):
+                 rule: MaskingRule, order: BatchOrder, pairs: str | None = None, share: float = 1.0):
         self.paths = paths
         self.expect = expect
         self.seq_len = seq_len
@@ -94,35 +107,47 @@ class MaskedLMData:
         self.masking = masking
         self.rule = rule
         self.order = order
-        self._loaded: tuple[Path, Shard] | None = None
+        self.share = share  # of each shard's samples, a seeded fixed subset (dataset-percentage)
+        self._loaded: tuple[Path, Shard, np.ndarray] | None = None
 
     def shard_for_epoch(self, epoch: int) -> Shard:
+        return self.loaded(epoch)[1]
+
+    def rows_for_epoch(self, epoch: int) -> np.ndarray:
+        """The samples of the epoch's shard that the split uses."""
+        return self.loaded(epoch)[2]
+
+    def loaded(self, epoch: int) -> tuple[Path, Shard, np.ndarray]:
         path = self.paths[epoch % len(self.paths)]
         if self._loaded is None or self._loaded[0] != path:
             self._loaded = None  # free the old shard before reading the next
-            shard = with_masking(read_shard(path, self.expect), self.masking, self.rule)
+            shard = (read_articles(path, self.seq_len, self.expect["vocab_size"]) if isinstance(path, ArticleFiles)
+                     else read_shard(path, self.expect))
+            shard = with_masking(shard, self.masking, self.rule)
             if shard.seq_len > self.seq_len:
                 raise UserError(f"{path}: samples of {shard.seq_len} tokens do not fit seq-len {self.seq_len}")
             if self.pairs is not None and shard.pairs != self.pairs:
                 raise UserError(f"{path}: pairs is {shard.pairs} in the shard but sentence-objective = {self.pairs} "
                                 f"(prepare_mlm_dataset.py --pairs {self.pairs})")
-            if len(shard) < self.order.batch_size * self.order.world_size:
-                raise UserError(f"{path}: {len(shard)} samples are fewer than one batch "
+            kept = kept_rows(len(shard), self.share, self.order.seed)
+            if len(kept) < self.order.batch_size * self.order.world_size:
+                share = f" (the {self.share:g} share kept)" if self.share < 1 else ""
+                raise UserError(f"{path}: {len(kept)} samples{share} are fewer than one batch "
                                 f"(batch-size {self.order.batch_size} x {self.order.world_size} processes)")
-            self._loaded = (path, shard)
-        return self._loaded[1]
+            self._loaded = (path, shard, kept)
+        return self._loaded
 
     def batches(self, position: dict | None) -> Iterator[tuple[dict, dict]]:
         return self.order.batches(
-            position, lambda epoch: len(self.shard_for_epoch(epoch)),
-            lambda epoch, rows: make_batch(self.shard_for_epoch(epoch), rows, self.seq_len, self.pad_id,
-                                           self.sep_id, self.rule.mask_rate))
+            position, lambda epoch: len(self.rows_for_epoch(epoch)),
+            lambda epoch, rows: make_batch(self.shard_for_epoch(epoch), self.rows_for_epoch(epoch)[rows],
+                                           self.seq_len, self.pad_id, self.sep_id, self.rule.mask_rate))
 
     def fixed_batches(self, count: int | None) -> Iterator[dict]:
-        shard = self.shard_for_epoch(0)
+        shard, kept = self.shard_for_epoch(0), self.rows_for_epoch(0)
         return self.order.fixed_batches(
-            count, len(shard), lambda rows: make_batch(shard, rows, self.seq_len, self.pad_id, self.sep_id,
-                                                       self.rule.mask_rate))
+            count, len(kept), lambda rows: make_batch(shard, kept[rows], self.seq_len, self.pad_id, self.sep_id,
+                                                      self.rule.mask_rate))
 
 
 class MaskedLMTask:
@@ -134,8 +159,9 @@ class MaskedLMTask:
     name = "mlm"
     best_metric = "loss"
     lower_is_better = True
-    measuring_keys = ("seq-len", "dataset-pattern", "val-dataset-pattern", "masking", "mask-rate",
-                      "whole-word-masking", "mask-replace-mask", "mask-replace-random")
+    measuring_keys = ("seq-len", "dataset-pattern", "val-dataset-pattern", "dataset-percentage",
+                      "val-dataset-percentage", "masking", "mask-rate", "whole-word-masking", "mask-replace-mask",
+                      "mask-replace-random")
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         self.config = config
@@ -145,8 +171,7 @@ class MaskedLMTask:
         self.special_ids = torch.tensor(vocab.special_ids, device=device)
         self.is_continuation = torch.from_numpy(vocab.is_continuation).to(device)
         self.expect = {"seq_len": config.seq_len, "vocab_size": vocab.size, "vocab_checksum": vocab.checksum}
-        self.patterns = {"train": config.dataset_pattern, "val": config.val_dataset_pattern,
-                         "test": config.test_dataset_pattern}
+        self.patterns = {split: split_pattern(config, split) for split in ("train", "val", "test")}
         self.rank, self.world_size = rank, world_size
         self.objective = config.sentence_objective
         self.splits: dict[str, MaskedLMData] = {}
@@ -161,11 +186,14 @@ class MaskedLMTask:
     def data(self, split: str) -> MaskedLMData:
         if split not in self.splits:
             config = self.config
-            paths = find_shards(Path(config.datasets_dir), self.patterns[split])
+            pattern = self.patterns[split]
+            paths = (find_article_files(config.datasets_path, pattern) if "{which}" in pattern
+                     else find_shards(config.datasets_path, pattern))
             order = BatchOrder(config.batch_size, config.seed, self.rank, self.world_size)
+            share = {"train": config.dataset_percentage, "val": config.val_dataset_percentage}.get(split, 1.0)
             self.splits[split] = MaskedLMData(paths, self.expect, config.seq_len, self.vocab.pad_id,
                                               self.vocab.sep_id, config.masking, self.rule, order,
-                                              None if self.objective == "none" else self.objective)
+                                              None if self.objective == "none" else self.objective, share)
         return self.splits[split]
 
     def check_data(self, splits: tuple[str, ...]):

@@ -1,12 +1,13 @@
 """BERT and the variants the experiments compare, in one file read top to bottom.
 
 BERT as published is the default: learned positions, post-LayerNorm layers, GELU feed-forward.
-ModelConfig switches each part: norm (preln, rmsnorm), position (rope), feed_forward (geglu),
+ModelConfig switches each part: norm (preln, rmsnorm), position (rope, sinusoidal), feed_forward (geglu),
 causal attention (for causal LM). Then the models: BertForMaskedLM, BertForPreTraining (MLM +
 a next-sentence or sentence-order head), BertForCausalLM, ElectraForPreTraining (replaced-token
 detection), BertForSequenceClassification.
 model_config() builds a ModelConfig from the run's Config in one step.
 """
+import math
 from dataclasses import dataclass, replace
 
 import torch
@@ -32,7 +33,9 @@ class ModelConfig:
     num_labels: int = 2
     layer_norm_eps: float = 1e-12
     norm: str = "postln"  # postln: BERT; preln: LayerNorm before each sublayer; rmsnorm: preln with RMSNorm
-    position: str = "learned"  # learned: a table added to the embeddings; rope: rotary, in attention
+    # learned: a table added to the embeddings; sinusoidal: a fixed sin/cos table added to them;
+    # rope: rotary, in attention
+    position: str = "learned"
     feed_forward: str = "gelu"  # gelu: BERT's; geglu: gated, GELU(x W) * (x V)
     causal: bool = False  # each position attends to itself and earlier ones only
     sentence_classes: int = 0  # BertForPreTraining: 2 for next-sentence or sentence-order prediction
@@ -79,12 +82,26 @@ def make_norm(config: ModelConfig) -> nn.Module:
     return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
 
+def sinusoidal_positions(length: int, width: int) -> torch.Tensor:
+    """The fixed table of "Attention Is All You Need": feature 2i of position p is
+    sin(p / 10000^(2i/width)), feature 2i+1 its cosine: the paper's exponent (the project this
+    one replaces had it off by two, so its tables differ)."""
+    position = torch.arange(length, dtype=torch.float32)[:, None]
+    frequencies = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(10000.0) / width))
+    table = torch.zeros(length, width)
+    table[:, 0::2] = torch.sin(position * frequencies)
+    table[:, 1::2] = torch.cos(position * frequencies[:width // 2])
+    return table
+
+
 class Embeddings(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.token = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_id)
         # With rotary positions, attention knows the order; the embeddings carry none.
         self.position = nn.Embedding(config.max_len, config.d_model) if config.position == "learned" else None
+        fixed = sinusoidal_positions(config.max_len, config.d_model) if config.position == "sinusoidal" else None
+        self.register_buffer("fixed_positions", fixed, persistent=False)  # computed, never saved
         self.segment = nn.Embedding(config.segments, config.d_model)
         self.norm = make_norm(config)
         self.dropout = nn.Dropout(config.dropout)
@@ -93,6 +110,8 @@ class Embeddings(nn.Module):
         x = self.token(input_ids)
         if self.position is not None:
             x = x + self.position(torch.arange(input_ids.shape[1], device=input_ids.device))
+        if self.fixed_positions is not None:
+            x = x + self.fixed_positions[:input_ids.shape[1]].to(x.dtype)
         x = x + (self.segment.weight[0] if segment_ids is None else self.segment(segment_ids))
         return self.dropout(self.norm(x))
 

@@ -5,7 +5,7 @@ import math
 import torch
 from torch import nn
 
-from config import Config
+from config import Config, parse_scheduler
 
 
 def make_optimizer(model: nn.Module, config: Config, log) -> torch.optim.AdamW:
@@ -22,17 +22,32 @@ def make_optimizer(model: nn.Module, config: Config, log) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, **kwargs)
 
 
-def learning_rate(step: int, spent: float, config: Config) -> float:
-    """The rate for `step`: by the share of the time budget spent (0..1) when the config has a
-    budget, else by the step."""
-    return budget_lr(step, spent, config) if config.budget_seconds else cosine_lr(step, config)
+def learning_rate(step: int, spent: float, config: Config, resumed_at: int | None = None) -> float:
+    """The rate for `step`: lr-scheduler's, by the share of the time budget spent (0..1) when the
+    config has a budget and the cosine schedule, else by the step; after a resume at step
+    `resumed_at`, ramped back up over resume-warmup-iters steps."""
+    name, every, gamma = parse_scheduler(config.lr_scheduler)
+    if name == "cosine":
+        rate = budget_lr(step, spent, config) if config.budget_seconds else cosine_lr(step, config)
+    else:
+        rate = warmup(step, config) * config.learning_rate
+        if name == "steplr":
+            rate *= gamma ** (max(0, step - config.warmup_iters) // every)
+    if resumed_at is not None and config.resume_warmup_iters:
+        rate *= min(1.0, (step - resumed_at + 1) / (config.resume_warmup_iters + 1))
+    return rate
+
+
+def warmup(step: int, config: Config) -> float:
+    """The share of the rate during warmup-iters: a linear ramp, then 1."""
+    return min(1.0, (step + 1) / (config.warmup_iters + 1))
 
 
 def budget_lr(step: int, spent: float, config: Config) -> float:
     """Learning rate under a time budget: cosine from learning-rate down to min-learning-rate as the
     share of the budget spent goes from 0 to 1, so the floor comes exactly when time runs out, as
     Cramming's budget schedules do; a linear ramp over the first warmup-iters steps scales it in."""
-    ramp = min(1.0, (step + 1) / (config.warmup_iters + 1))
+    ramp = warmup(step, config)
     progress = min(max(spent, 0.0), 1.0)
     decayed = config.min_learning_rate + 0.5 * (1 + math.cos(math.pi * progress)) * (
         config.learning_rate - config.min_learning_rate)

@@ -10,9 +10,18 @@ from config import Config
 from errors import UserError
 
 
-def create_run_dir(runs_dir: Path) -> Path:
-    """runs/runN for the next free N; mkdir is the lock, so two runs never share one."""
+def create_run_dir(runs_dir: Path, run_id: str = "") -> Path:
+    """runs/RUN-ID, which must not exist yet, or runs/runN for the next free N; mkdir is the
+    lock, so two runs never share one."""
     runs_dir.mkdir(parents=True, exist_ok=True)
+    if run_id:
+        run_dir = runs_dir / run_id
+        try:
+            run_dir.mkdir()
+        except FileExistsError:
+            raise UserError(f"run-id = {run_id}: {run_dir} exists; resume it with --cp "
+                            f"{run_dir / 'checkpoints' / 'checkpoint.pt'}, or choose another run-id") from None
+        return run_dir
     number = 0
     while True:
         run_dir = runs_dir / f"run{number}"

@@ -88,7 +88,7 @@ class Run:
     elapsed: float = 0.0  # seconds of training, validation left out: what a time budget counts
     lr: float = 0.0  # of the last step
     start: str | None = None  # the checkpoint whose weights a new run started from
-    resumed: bool = False
+    resumed_at: int | None = None  # the step a resumed run went on from
 
     @property
     def checkpoints(self) -> Path | None:
@@ -194,14 +194,14 @@ class Trainer:
                 f"ranks {len(states)} and up start from fresh seeds")
         run.step, run.best, run.position = saved["step"], saved.get("best"), saved.get("data_position")
         run.tokens, run.elapsed, run.start = saved.get("tokens", 0), saved.get("elapsed", 0.0), saved.get("start")
-        run.resumed = True
+        run.resumed_at = run.step
         log(f"resuming {path} at step {run.step}")
         self.announce(run)
         return run
 
     def remove_failed_start(self, run: Run):
         """A new run that failed before its first step leaves no directory behind."""
-        if self.rank == 0 and not run.resumed:
+        if self.rank == 0 and run.resumed_at is None:
             run.log.close()
             shutil.rmtree(run.run_dir, ignore_errors=True)
 
@@ -219,8 +219,9 @@ class Trainer:
         return model
 
     def new_run_dir(self) -> Path:
-        """runs/runN, made by rank 0 and known to every rank."""
-        run_dir = [create_run_dir(Path(self.config.runs_dir).absolute()) if self.rank == 0 else None]
+        """runs/runN (or runs/RUN-ID), made by rank 0 and known to every rank."""
+        runs_dir = Path(self.config.runs_dir).absolute()
+        run_dir = [create_run_dir(runs_dir, self.config.run_id) if self.rank == 0 else None]
         if torch.distributed.is_initialized():
             torch.distributed.broadcast_object_list(run_dir, src=0)
         return run_dir[0]
@@ -242,6 +243,9 @@ class Trainer:
         """The log's header (directory, settings, model size), and the run's config.ini."""
         config = self.config
         run.log(f"run directory: {run.run_dir}")
+        if config.sources:
+            run.log(f"config read from {', then '.join(config.sources)} (the later overrides)"
+                    if len(config.sources) > 1 else f"config read from {config.sources[0]}")
         for line in config.describe():
             run.log(f"  {line}")
         global_batch = config.batch_size * config.grad_accum_steps * self.world_size
@@ -303,7 +307,7 @@ class Trainer:
         """One optimizer step over grad-accum-steps micro-batches; no host sync."""
         config, accumulation = self.config, self.config.grad_accum_steps
         budget = config.budget_seconds
-        run.lr = learning_rate(run.step, run.elapsed / budget if budget else 0.0, config)
+        run.lr = learning_rate(run.step, run.elapsed / budget if budget else 0.0, config, run.resumed_at)
         for group in run.optimizer.param_groups:
             group["lr"] = run.lr
         for micro in range(accumulation):
@@ -410,7 +414,8 @@ class Trainer:
             atomic_write(target, lambda temp: temp.write_text("\n".join(lines) + "\n"))
             print(f"the test labels are hidden: wrote {len(lines) - 1} predictions to {target}")
             return {"predictions": str(target)}
-        metrics = evaluate(model, self.task, self.task.eval_batches("test", None), self.autocast)
+        batches = self.task.eval_batches("test", self.config.test_iters or None)
+        metrics = evaluate(model, self.task, batches, self.autocast)
         metrics = {"checkpoint": str(checkpoint_path), "step": step,
                    **{f"test_{name}": value for name, value in metrics.items()}}
         target = run_dir / f"test_metrics_step{step}.json"

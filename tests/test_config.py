@@ -106,7 +106,7 @@ def test_original_mlm_block_parses_to_typed_values(tmp_path):
     assert config.dist_master_addr == "127.0.0.1" and config.dist_master_port == 12233
     assert config.wandb is False
     assert config.vocab_path == Path("wiki") / "vocab"
-    assert config.datasets_dir == Path("wiki/datasets") and config.runs_dir == Path("wiki/runs")
+    assert config.datasets_path == Path("wiki/datasets") and config.runs_dir == Path("wiki/runs")
     assert config.feed_forward_size == 4 * 768
 
 
@@ -192,11 +192,11 @@ def test_unknown_key_names_file_line_and_suggests(tmp_path):
     ("dropout = lots", "dropout = 'lots': expected a number"),
     ("dropout = nan", "dropout = 'nan': expected a number"),
     ("dropout = 1.5", "dropout = 1.5: expected a number in [0, 1)"),
-    ("seq-len = 8", "seq-len = 8: expected an integer in [16, 2048]"),
+    ("seq-len = 4", "seq-len = 4: expected an integer in [8, 2048]"),
     ("mask-rate = 0", "mask-rate = 0.0: expected a number in (0, 1)"),
     ("learning-rate = 0", "learning-rate = 0.0: expected a number > 0"),
     ("dist-master-port = 70000", "dist-master-port = 70000: expected an integer in [1, 65535]"),
-    ("task-type = bert", "task-type = 'bert': expected one of mlm, clm, electra, sst2, classify"),
+    ("task-type = bert", "task-type = 'bert': expected one of mlm, clm, electra, sst2, cola, classify"),
     ("device = gpu", "device = 'gpu': expected auto, cpu, cuda or cuda:N"),
     ("compile = maybe", "compile = 'maybe': expected a boolean"),
 ])
@@ -311,3 +311,70 @@ def test_describe_lines_load_back(tmp_path):
     lines = config.describe()
     assert "compile = true" in lines and "task-type = sst2" in lines and "vocab =" in lines
     assert load_config(write_config(tmp_path, "\n".join(lines)), []) == config
+
+
+# ----------------------------------------------------------------------------- the original project's files
+
+ORIGINAL_TEMPLATES = ROOT.parent / "shared" / "seed-project" / "templates"
+
+
+@pytest.mark.skipif(not ORIGINAL_TEMPLATES.is_dir(), reason="needs ../shared/seed-project/templates")
+@pytest.mark.parametrize("name", ["config_template.ini", "config_mlm.ini", "config_sst2.ini", "config_cola.ini",
+                                  "config_gpt.ini", "local_config_template.ini"])
+def test_the_original_templates_load(name):
+    config = load_config(ORIGINAL_TEMPLATES / name, [])
+    assert config.base_dir == "wiki" and config.case == "dickens"
+
+
+def test_a_key_alone_on_a_line_is_true_and_only_for_flags(tmp_path):
+    config = load_config(write_config(tmp_path, "compile\nasync-to-device   # a comment\nfused-adamw: false\n"), [])
+    assert (config.compile, config.async_to_device, config.fused_adamw) == (True, True, False)
+    assert load_error(tmp_path, "seq-len\n").endswith("config.ini:1: key 'seq-len' has no value "
+                                                      "(only true/false keys may stand alone)")
+
+
+def test_local_config_overrides_config_and_both_are_named(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("config.ini").write_text("seq-len = 128\nbatch-size = 100\nd-model = 768\n")
+    Path("local_config.ini").write_text("seq-len = 32\nbatch-size = 16\n")
+    config = load_config(None, ["--batch-size", "8"])
+    assert (config.seq_len, config.batch_size, config.d_model) == (32, 8, 768)
+    assert config.sources == ("config.ini", "local_config.ini")
+    Path("local_config.ini").write_text("seq-len = 32\nseq-len = 16\n")
+    with pytest.raises(UserError, match="local_config.ini:2: key 'seq-len' given twice"):
+        load_config(None, [])
+    assert load_config(Path("config.ini"), []).seq_len == 128  # --config names the one file to read
+
+
+def test_aliases_of_the_original_keys_and_values(tmp_path):
+    config = load_config(write_config(tmp_path, "task-type = gpt\nn-layers = 3\n"), ["-t", "cola"])
+    assert (config.task_type, config.n_layer) == ("cola", 3)
+    assert load_config(write_config(tmp_path, "task-type = gpt\n"), []).task_type == "clm"
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("dataset-percentage = 0", "dataset-percentage = 0.0: expected a number in (0, 1]"),
+    ("val-dataset-percentage = 1.5", "val-dataset-percentage = 1.5: expected a number in (0, 1]"),
+    ("lr-scheduler = steplr:10", "lr-scheduler = 'steplr:10': expected cosine, none or steplr:STEP:GAMMA"),
+    ("lr-scheduler = linear", "lr-scheduler = 'linear': expected cosine, none or steplr:STEP:GAMMA"),
+    ("lr-scheduler = steplr:0:0.5", "lr-scheduler = 'steplr:0:0.5': expected cosine"),
+    ("run-id = a/b", "run-id = 'a/b': expected a directory name"),
+    ("run-id = ..", "run-id = '..': expected a directory name"),
+    ("dist-backend = mpi", "dist-backend = 'mpi': expected one of auto, nccl, gloo"),
+    ("test-iters = -1", "test-iters = -1: expected an integer >= 0"),
+])
+def test_bad_values_of_the_new_keys(tmp_path, line, expected):
+    assert expected in load_error(tmp_path, f"{line}\n")
+
+
+def test_the_learning_rate_schedulers():
+    from optimizer import learning_rate
+    base = Config(learning_rate=1e-3, min_learning_rate=1e-5, warmup_iters=10, lr_decay_iters=100, max_iters=100)
+    constant = base.replace(lr_scheduler="none")
+    assert learning_rate(4, 0, constant) == pytest.approx(1e-3 * 5 / 11)  # warmup as before
+    assert learning_rate(10, 0, constant) == learning_rate(99, 0, constant) == 1e-3
+    stepped = base.replace(lr_scheduler="steplr:20:0.5")
+    assert [learning_rate(step, 0, stepped) for step in (10, 29, 30, 50)] == pytest.approx([1e-3, 1e-3, 5e-4, 2.5e-4])
+    ramped = base.replace(resume_warmup_iters=4)
+    assert learning_rate(60, 0, ramped, resumed_at=60) == pytest.approx(learning_rate(60, 0, base) / 5)
+    assert learning_rate(64, 0, ramped, resumed_at=60) == learning_rate(64, 0, base)

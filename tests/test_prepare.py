@@ -196,7 +196,7 @@ def bad_text_runs(tmp_path, corpus, vocab_dir):
     return [({"-i": str(tmp_path / "missing.txt")}, "missing.txt: input file not found"),
             ({"-i": str(empty)}, "empty.txt: input file is empty"),
             ({"-v": str(tmp_path / "novocab")}, "novocab: cannot read vocabulary"),
-            ({"-m": "8"}, "-m 8: expected a sequence length in [16, 2048]"),
+            ({"-m": "4"}, "-m 4: expected a sequence length in [8, 2048]"),
             ({"-m": "4096"}, "-m 4096"),
             ({"-l": "im_db"}, "--label 'im_db'"),
             ({"-l": "im-db"}, "--label 'im-db'"),
