@@ -224,7 +224,7 @@ def test_fill_mask_and_classify_scripts(mlm_checkpoint, sst2_run, capsys, tmp_pa
     with pytest.raises(SystemExit) as exit_info:
         classify.main(["--cp", str(mlm_checkpoint), "fine"])  # an MLM checkpoint has no classifier
     assert exit_info.value.code == 2
-    assert "a mlm checkpoint; expected sst2 or classify" in capsys.readouterr().err
+    assert "a mlm checkpoint; expected sst2 or cola or classify" in capsys.readouterr().err
 
 
 def test_batch_width_rounds_to_8_but_never_past_seq_len(base_dir):
