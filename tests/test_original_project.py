@@ -20,10 +20,11 @@ from model import BertForMaskedLM, ModelConfig, sinusoidal_positions
 from shards import read_shard
 from test_trainer import load, write_legacy_shard
 from vocab import load_vocab
+from conftest import TEST_DEVICE
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "shared" / "seed-project" / "templates"
 SMALL = ["--d-model", "64", "--heads", "2", "--n-layer", "2", "--seq-len", "64", "--batch-size", "8",
-         "--compile", "false", "--device", "cpu", "--dtype", "float32"]
+         "--compile", "false", "--device", TEST_DEVICE, "--dtype", "float32"]
 ONE_STEP = ["--max-iters", "1", "--val-interval", "1", "--val-iters", "1", "--warmup-iters", "0",
             "--lr-decay-iters", "1"]
 needs_templates = pytest.mark.skipif(not TEMPLATES.is_dir(), reason="needs ../shared/seed-project/templates")
@@ -101,7 +102,7 @@ def test_article_arrays_are_cut_into_samples_of_seq_len(in_project):
     config = load_config(None, ["--task-type", "clm", "--seq-len", "16",
                                 "--dataset-pattern", "{split}_article_128_{which}.npy"])
     vocab = load_vocab("wiki/vocab")
-    task = MaskedLMTask(config, vocab, torch.device("cpu"))
+    task = MaskedLMTask(config, vocab, torch.device(TEST_DEVICE))
     assert task.patterns["val"] == "val_article_128_{which}.npy"  # derived: the config has no val pattern
     shard = task.data("train").shard_for_epoch(0)
     ids = np.load("wiki/datasets/train_article_128_ids.npy")
@@ -134,9 +135,9 @@ def test_percentages_keep_a_seeded_fixed_share(in_project):
     Path("config.ini").write_text("base-dir = wiki\n")
     vocab = load_vocab("wiki/vocab")
     whole = MaskedLMTask(load_config(None, [*SMALL, "--dataset-pattern", "train_weke_*.msgpack"]), vocab,
-                         torch.device("cpu"))
+                         torch.device(TEST_DEVICE))
     tenth = [MaskedLMTask(load_config(None, [*SMALL, "--dataset-pattern", "train_weke_*.msgpack",
-                                             "--dataset-percentage", "0.1"]), vocab, torch.device("cpu"))
+                                             "--dataset-percentage", "0.1"]), vocab, torch.device(TEST_DEVICE))
              for _ in range(2)]
     samples = len(whole.data("train").rows_for_epoch(0))
     kept = [task.data("train").rows_for_epoch(0) for task in tenth]
@@ -144,8 +145,8 @@ def test_percentages_keep_a_seeded_fixed_share(in_project):
     assert len(whole.data("val").rows_for_epoch(0)) == len(tenth[0].data("val").rows_for_epoch(0))  # train only
 
     sentences = ClassificationTask(load_config(None, [*SMALL, "--task-type", "sst2", "--val-dataset-percentage",
-                                                      "0.5"]), vocab, torch.device("cpu"))
-    full = ClassificationTask(load_config(None, [*SMALL, "--task-type", "sst2"]), vocab, torch.device("cpu"))
+                                                      "0.5"]), vocab, torch.device(TEST_DEVICE))
+    full = ClassificationTask(load_config(None, [*SMALL, "--task-type", "sst2"]), vocab, torch.device(TEST_DEVICE))
     assert len(sentences.data("val")) == round(0.5 * len(full.data("val")))
     assert len(sentences.data("train")) == len(full.data("train"))
 
@@ -166,7 +167,7 @@ def test_fine_tuning_takes_the_architecture_from_the_checkpoint(in_project, caps
                "--norm", "preln"])
     pretrained = last_run() / "checkpoints" / "checkpoint.pt"
     Path("config.ini").write_text("base-dir = wiki\ntask-type = sst2\n")  # no architecture keys at all
-    main.main(["--cp", str(pretrained), *ONE_STEP, "--compile", "false", "--device", "cpu", "--seq-len", "64"])
+    main.main(["--cp", str(pretrained), *ONE_STEP, "--compile", "false", "--device", TEST_DEVICE, "--seq-len", "64"])
     saved = (last_run() / "config.ini").read_text().splitlines()
     assert {"d-model = 64", "heads = 2", "n-layer = 2", "position = sinusoidal", "norm = preln"} <= set(saved)
     with pytest.raises(SystemExit):  # a key the config sets must agree

@@ -23,6 +23,7 @@ from mlm_task import MaskedLMTask
 from shards import read_shard
 from optimizer import cosine_lr
 from vocab import load_vocab
+from conftest import TEST_DEVICE
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT_KEYS = {"model", "optimizer", "config", "step", "data_position", "rng_per_rank", "best"}
@@ -492,7 +493,7 @@ def test_dynamic_masking_options_train(mlm_workdir, skip_flops_measurement, opti
 
 def test_mask_rate_0_3_fills_its_slots(mlm_workdir):
     config = main.load_config(None, ["--mask-rate", "0.3"])
-    task = MaskedLMTask(config, load_vocab(mlm_workdir / "vocab"), torch.device("cpu"))
+    task = MaskedLMTask(config, load_vocab(mlm_workdir / "vocab"), torch.device(TEST_DEVICE))
     ids = torch.from_numpy(next(task.data("val").fixed_batches(1))["input_ids"].astype(np.int64))
     labels = task.mask(ids, torch.Generator().manual_seed(0))["labels"]
     assert labels.shape == (config.batch_size, math.ceil(0.3 * config.seq_len))
@@ -510,7 +511,7 @@ def test_static_whole_word_shards_train(mlm_static_whole_word_base_dir, mlm_conf
 
 def test_dynamic_masking_of_static_shards_starts_from_the_original_ids(mlm_static_base_dir, mlm_config, tmp_path):
     config = main.load_config(mlm_config(tmp_path, base_dir=mlm_static_base_dir), [])
-    task = MaskedLMTask(config, load_vocab(mlm_static_base_dir / "vocab"), torch.device("cpu"))
+    task = MaskedLMTask(config, load_vocab(mlm_static_base_dir / "vocab"), torch.device(TEST_DEVICE))
     path = mlm_static_base_dir / "datasets" / "train_imdb_64_123.msgpack.gz"
     shard = task.data("train").shard_for_epoch(0)
     assert shard.masking == "none" and np.array_equal(shard.tokens, read_shard(path).unmasked_tokens())
