@@ -103,6 +103,7 @@ RULES = {
     "run_id": Rule(lambda value: value == "" or re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value) is not None,
                    "a directory name: letters, digits, '.', '_' or '-', no path separator"),
     "dist_backend": one_of("auto", "nccl", "gloo"),
+    "peak_tflops": at_least(0),
     "weight_decay": at_least(0),
     "beta1": within(0, 1, "[)"),
     "beta2": within(0, 1, "[)"),
@@ -254,6 +255,7 @@ class Config:
     wandb: bool = False
     # Accepted for old files: attention always runs PyTorch's fused kernels (scaled_dot_product_attention).
     flash: bool = True
+    peak_tflops: float = 0.0  # the matmul peak MFU is measured against; 0: published (CUDA) or measured
     # Not a key: the config files read, in order, and the keys they or the command line set.
     sources: tuple[str, ...] = field(default=(), compare=False, metadata={"ini": False})
     given: frozenset[str] = field(default=frozenset(), compare=False, metadata={"ini": False})

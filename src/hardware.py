@@ -28,9 +28,42 @@ def select_dtype(name: str, device: torch.device) -> torch.dtype:
     return torch.bfloat16 if cpu_supports_bf16() else torch.float32
 
 
-def measure_matmul_flops(device: torch.device, dtype: torch.dtype, size: int = 1024,
-                         seconds: float = 0.3) -> float:
-    """Peak matmul rate actually reached on this device: the denominator of MFU."""
+# Published dense (no sparsity) tensor-core peaks in TFLOP/s, bf16 (fp16 where there is no bf16),
+# by a part of the device name; the first match wins, so longer names come first.
+PUBLISHED_PEAK_TFLOPS = (("H200", 989.0), ("H100 PCIe", 756.0), ("H100", 989.0), ("A100", 312.0),
+                         ("L40S", 362.0), ("L4", 121.0), ("A10G", 70.0), ("A10", 125.0), ("RTX 4090", 165.0),
+                         ("RTX 3090", 71.0), ("V100", 125.0), ("T4", 65.0))
+
+
+def published_peak_flops(device_name: str) -> float | None:
+    """The device's published dense bf16/fp16 peak in FLOP/s, or None when the table lacks it."""
+    for part, tflops in PUBLISHED_PEAK_TFLOPS:
+        if part.lower() in device_name.lower():
+            return tflops * 1e12
+    return None
+
+
+def peak_flops(device: torch.device, dtype: torch.dtype, given_tflops: float) -> tuple[float, str]:
+    """The denominator of MFU and where it comes from: peak-tflops when set; on CUDA the published
+    figure for the device; else the best of several short matmul measurements."""
+    if given_tflops:
+        return given_tflops * 1e12, "set by peak-tflops"
+    if device.type == "cuda" and dtype != torch.float32:
+        name = torch.cuda.get_device_name(device)
+        published = published_peak_flops(name)
+        if published:
+            return published, f"published for {name}"
+    return measure_matmul_flops(device, dtype), "measured now (best of 5 tries)"
+
+
+def measure_matmul_flops(device: torch.device, dtype: torch.dtype, tries: int = 5) -> float:
+    """The matmul rate this device reaches now, the best of several short tries: a busy moment
+    lowers one try, not the best."""
+    return max(matmul_flops_once(device, dtype) for _ in range(tries))
+
+
+def matmul_flops_once(device: torch.device, dtype: torch.dtype, size: int = 1024, seconds: float = 0.1) -> float:
+    """Matmul rate of one short try of size x size products."""
     generator = torch.Generator(device=device).manual_seed(0)  # leaves the training RNG alone
     a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
     b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)

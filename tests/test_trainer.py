@@ -129,7 +129,8 @@ def test_log_has_a_line_per_step_and_per_validation(mlm_trained_run):
     val_steps = [int(step) for step in re.findall(r"^step (\d+) \| val loss [\d.]+ \| val accuracy ", log, re.M)]
     assert train_steps == list(range(1, 41))
     assert val_steps == list(range(5, 41, 5))
-    peak = re.search(r"^mfu against a (\w+) matmul peak of ([\d.]+) TFLOP/s measured now$", log, re.M)
+    peak = re.search(r"^mfu against a (\w+) matmul peak of ([\d.]+) TFLOP/s, measured now \(best of 5 tries\)$",
+                     log, re.M)
     assert peak and peak[1] in ("bfloat16", "float32") and float(peak[2]) > 0
 
 

@@ -1,0 +1,37 @@
+"""The MFU denominator: published GPU peaks by name, the peak-tflops key, the best of several
+measured tries, and a re-measurement (said in the log) when MFU would read above 100%."""
+from pathlib import Path
+
+import pytest
+import torch
+
+import hardware
+import main
+from hardware import peak_flops, published_peak_flops
+
+
+@pytest.mark.parametrize("name, tflops", [("NVIDIA H100 80GB HBM3", 989), ("NVIDIA H100 PCIe", 756),
+                                          ("NVIDIA H200", 989), ("NVIDIA A100-SXM4-80GB", 312), ("NVIDIA L4", 121),
+                                          ("NVIDIA L40S", 362)])
+def test_published_peaks_by_device_name(name, tflops):
+    assert published_peak_flops(name) == tflops * 1e12
+
+
+def test_an_unknown_gpu_and_the_cpu_are_measured_and_the_key_wins(monkeypatch):
+    assert published_peak_flops("Some Future GPU") is None
+    tries = iter([1e11, 3e11, 2e11, 1e11, 1e11])
+    monkeypatch.setattr(hardware, "matmul_flops_once", lambda device, dtype: next(tries))
+    assert peak_flops(torch.device("cpu"), torch.bfloat16, 0.0) == (3e11, "measured now (best of 5 tries)")
+    assert peak_flops(torch.device("cpu"), torch.bfloat16, 12.5) == (12.5e12, "set by peak-tflops")
+
+
+def test_an_mfu_above_100_percent_remeasures_the_peak_and_says_so(mlm_workdir, monkeypatch):
+    peaks = iter([1e6, 1e6, 1e6, 1e6, 1e6] + [1e13] * 1000)  # busy at the start: a tiny peak; idle later
+    monkeypatch.setattr(hardware, "matmul_flops_once", lambda device, dtype: next(peaks))
+    main.main(["--max-iters", "3", "--log-interval", "1"])
+    log = (Path("runs") / "run0" / "logs" / "log.txt").read_text(encoding="utf-8")
+    assert "matmul peak of 1e-06 TFLOP/s, measured now" in log
+    assert "is above the matmul peak of 1e-06 TFLOP/s measured at the start" in log
+    assert "the peak is now 10 TFLOP/s" in log
+    mfus = [float(line.split("| mfu ")[1].split("%")[0]) for line in log.splitlines() if "| mfu " in line]
+    assert all(mfu <= 100 for mfu in mfus)
