@@ -63,3 +63,26 @@ def test_fused_and_unfused_adamw_agree(steps):
     train(fused, torch.optim.AdamW(fused.parameters(), lr=1e-3, weight_decay=0.01, fused=True), batches(steps))
     for (name, a), b in zip(plain.named_parameters(), fused.parameters()):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5, msg=name)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: set_sync_debug_mode watches GPU syncs")
+def test_the_training_step_never_waits_for_the_gpu(mlm_workdir, monkeypatch):
+    """Between log lines the step (masking, forward, loss, backward, clip, AdamW) must not make the
+    host wait for the GPU: any synchronising call (.item(), nonzero, a host copy) raises here."""
+    import main
+    from trainer import Trainer
+    original, steps = Trainer.train_step, []
+
+    def watched_step(self, run, batches, meter):
+        if steps:  # the first step may allocate and initialise; every later one is watched
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            original(self, run, batches, meter)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        steps.append(run.step)
+
+    monkeypatch.setattr(Trainer, "train_step", watched_step)
+    main.main(["--device", "cuda", "--dtype", "bfloat16", "--max-iters", "6", "--log-interval", "100",
+               "--val-interval", "100", "--async-to-device", "true"])
+    assert len(steps) == 6
