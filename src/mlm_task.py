@@ -129,6 +129,8 @@ class MaskedLMData:
             if self.pairs is not None and shard.pairs != self.pairs:
                 raise UserError(f"{path}: pairs is {shard.pairs} in the shard but sentence-objective = {self.pairs} "
                                 f"(prepare_mlm_dataset.py --pairs {self.pairs})")
+            if len(shard) and np.diff(shard.offsets).max() <= 2:
+                raise UserError(f"{path}: no sample has room for a mask: every one is [CLS] [SEP] alone")
             kept = kept_rows(len(shard), self.share, self.order.seed)
             if len(kept) < self.order.batch_size * self.order.world_size:
                 share = f" (the {self.share:g} share kept)" if self.share < 1 else ""

@@ -3,6 +3,7 @@ two processes, fine-tuning from its discriminator, and export of that encoder to
 import math
 import shutil
 
+import numpy as np
 import pytest
 import torch
 from transformers import BertModel as TheirBertModel
@@ -116,3 +117,19 @@ def test_fine_tuning_starts_from_the_discriminator_and_export_gives_it_to_transf
         torch.testing.assert_close(ours.eval().encoder(ids), theirs.eval()(ids).last_hidden_state,
                                    rtol=1e-4, atol=1e-4)
     shutil.rmtree(tmp_path / "hf")
+
+
+def test_a_shard_without_room_for_masks_is_one_line(mlm_workdir, capsys):
+    from shards import ShardWriter
+    from vocab import load_vocab
+    vocab = load_vocab("vocab")
+    for split in ("train", "val"):
+        with ShardWriter(f"datasets/{split}_empty_1.msgpack.gz", vocab, seq_len=64, split=split, seed=1) as writer:
+            writer.add([np.array([vocab.cls_id, vocab.sep_id])] * 100)
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(["--task-type", "electra", "--max-iters", "2", "--dataset-pattern", "train_empty_*.msgpack",
+                   "--val-dataset-pattern", "val_empty_*.msgpack"])
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == ["error: datasets/val_empty_1.msgpack.gz: no sample has room for a mask: "
+                     "every one is [CLS] [SEP] alone"]
