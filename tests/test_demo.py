@@ -31,6 +31,6 @@ def test_a_stop_ends_the_demo_saying_how_to_go_on(tmp_path, imdb_corpus, vocab_d
     assert command[:2] == ["python", "src/main.py"]
 
     monkeypatch.chdir(ROOT)  # the command names the template relative to the repository
-    main.main(command[2:] + ["--max-iters", "2"])
+    main.main(command[2:] + ["--max-iters", "2", "--time-budget", "0"])
     saved = torch.load(base / "runs" / "run0" / "checkpoints" / "checkpoint.pt", weights_only=True)
     assert saved["step"] == 2

@@ -47,7 +47,7 @@ def test_fine_tuning_after_a_short_pre_training_is_no_worse_than_from_random_wei
     monkeypatch.setattr(hardware, "measure_matmul_flops", lambda device, dtype: 1e12)  # not tested here
     monkeypatch.chdir(base)
     pretraining = main.load_config(ROOT / "etc" / "templates" / "config_cpu.ini",
-                                   ["--base-dir", str(base), *SMALL, *BERT, "--max-iters", "120",
+                                   ["--base-dir", str(base), *SMALL, *BERT, "--max-iters", "120", "--time-budget", "0",
                                     "--val-interval", "120", "--val-iters", "2",
                                     "--dataset-pattern", "train_imdb_64_*.msgpack",
                                     "--val-dataset-pattern", "val_imdb_64_*.msgpack"])
