@@ -195,8 +195,7 @@ class ClassificationTask:
         if split not in self.splits:
             path = find_split_file(self.config.datasets_path, split)
             sentences = read_sentences(path)
-            share = {"train": self.config.dataset_percentage, "val": self.config.val_dataset_percentage}.get(split, 1.0)
-            kept = kept_rows(len(sentences.texts), share, self.config.seed)
+            kept = kept_rows(len(sentences.texts), self.config.share_of(split), self.config.seed)
             if len(kept) < len(sentences.texts):
                 sentences = Sentences([sentences.texts[row] for row in kept], sentences.labels[kept],
                                       sentences.index[kept])

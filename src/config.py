@@ -275,6 +275,10 @@ class Config:
     def runs_dir(self) -> Path:
         return Path(self.base_dir) / "runs"
 
+    def share_of(self, split: str) -> float:
+        """dataset-percentage for train, val-dataset-percentage for val; the test split is whole."""
+        return {"train": self.dataset_percentage, "val": self.val_dataset_percentage}.get(split, 1.0)
+
     @property
     def budget_seconds(self) -> float:
         """time-budget in seconds; 0 when there is none."""

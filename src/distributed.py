@@ -100,16 +100,13 @@ def rank_main(run):
         run()
         if dist.is_initialized():
             dist.barrier()  # leave together: a rank exiting while a peer still talks to it aborts the peer
-    except UserError as error:
+    except Exception as error:
         error_file = os.environ.get(ERROR_FILE_VARIABLE)
         if not error_file:
             raise
-        Path(error_file).write_text(str(error), encoding="utf-8")
-        sys.exit(2)
-    except Exception:
-        error_file = os.environ.get(ERROR_FILE_VARIABLE)
-        if not error_file:
-            raise
+        if isinstance(error, UserError):
+            Path(error_file).write_text(str(error), encoding="utf-8")
+            sys.exit(2)
         Path(error_file).with_suffix(".traceback").write_text(traceback.format_exc(), encoding="utf-8")
         sys.exit(1)
     finally:

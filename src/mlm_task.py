@@ -192,10 +192,10 @@ class MaskedLMTask:
             paths = (find_article_files(config.datasets_path, pattern) if "{which}" in pattern
                      else find_shards(config.datasets_path, pattern))
             order = BatchOrder(config.batch_size, config.seed, self.rank, self.world_size)
-            share = {"train": config.dataset_percentage, "val": config.val_dataset_percentage}.get(split, 1.0)
             self.splits[split] = MaskedLMData(paths, self.expect, config.seq_len, self.vocab.pad_id,
                                               self.vocab.sep_id, config.masking, self.rule, order,
-                                              None if self.objective == "none" else self.objective, share)
+                                              None if self.objective == "none" else self.objective,
+                                              config.share_of(split))
         return self.splits[split]
 
     def check_data(self, splits: tuple[str, ...]):

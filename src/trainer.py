@@ -164,10 +164,7 @@ class Trainer:
             run.start = str(start_path.resolve()) if start is not None else None
             self.announce(run)
         except BaseException:
-            if log is not None:
-                log.close()
-            if self.rank == 0:
-                shutil.rmtree(run_dir, ignore_errors=True)
+            self.discard_run_dir(run_dir, log)
             raise
         return run
 
@@ -201,9 +198,15 @@ class Trainer:
 
     def remove_failed_start(self, run: Run):
         """A new run that failed before its first step leaves no directory behind."""
-        if self.rank == 0 and run.resumed_at is None:
-            run.log.close()
-            shutil.rmtree(run.run_dir, ignore_errors=True)
+        if run.resumed_at is None:
+            self.discard_run_dir(run.run_dir, run.log)
+
+    def discard_run_dir(self, run_dir: Path, log: RunLog | None):
+        """Close the run's log (and its lock), then remove its directory; rank 0 owns it."""
+        if log is not None:
+            log.close()
+        if self.rank == 0:
+            shutil.rmtree(run_dir, ignore_errors=True)
 
     def build_model(self, checkpoint: dict | None) -> nn.Module:
         """The task's model with fresh weights, seeded per rank; a checkpoint's position table size."""
