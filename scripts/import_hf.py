@@ -89,6 +89,8 @@ def convert(directory: Path, output: Path) -> dict:
                                 d_model=architecture.d_model, heads=architecture.heads,
                                 n_layer=architecture.n_layer, d_ff=architecture.d_ff,
                                 num_labels=architecture.num_labels, dropout=architecture.dropout,
+                                norm=architecture.norm, position=architecture.position,
+                                feed_forward=architecture.feed_forward,
                                 sentence_objective="nsp" if architecture.sentence_classes else "none")
     checkpoints.save(output, checkpoints.make_state(task=task, weights=weights, model_config=architecture, vocab=vocab,
                                                     config=settings.to_dict(), imported_from=str(directory)))

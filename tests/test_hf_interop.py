@@ -1,5 +1,6 @@
 """Hugging Face interop: export to transformers and import from it, compared output by output."""
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,16 +22,27 @@ SENTENCES = ["The acting is superb, and the score lifts every scene.",
 
 
 @pytest.fixture(scope="module")
-def mlm_checkpoint(mlm_trained_run):
-    return mlm_trained_run / "runs" / "run0" / "checkpoints" / "checkpoint.pt"
+def bert_run(mlm_workdir_factory, tmp_path_factory) -> Path:
+    """A base directory with a 10-step MLM run of BERT's architecture (what transformers can hold)."""
+    directory = mlm_workdir_factory(tmp_path_factory.mktemp("bert") / "work", norm="postln", position="learned",
+                                    max_iters=10, lr_decay_iters=10, val_interval=10)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(directory)
+        main.run(main.load_config(None, []), None, False)
+    return directory
 
 
 @pytest.fixture(scope="module")
-def classifier_checkpoint(mlm_trained_run, mlm_checkpoint, rotten_tomatoes, tmp_path_factory):
+def mlm_checkpoint(bert_run):
+    return bert_run / "runs" / "run0" / "checkpoints" / "checkpoint.pt"
+
+
+@pytest.fixture(scope="module")
+def classifier_checkpoint(bert_run, mlm_checkpoint, rotten_tomatoes, tmp_path_factory):
     base = tmp_path_factory.mktemp("sst2")
-    shutil.copytree(mlm_trained_run / "vocab", base / "vocab")
+    shutil.copytree(bert_run / "vocab", base / "vocab")
     make_demo.write_sst2(base / "datasets", rotten_tomatoes, seed=123)
-    shutil.copy(mlm_trained_run / "config.ini", base / "config.ini")
+    shutil.copy(bert_run / "config.ini", base / "config.ini")
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(base)
         config = main.load_config(None, ["--task-type", "sst2", "--max-iters", "5", "--val-interval", "5"])
