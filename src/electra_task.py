@@ -5,7 +5,7 @@ import torch.nn.functional as F
 
 from masking import IGNORE_INDEX
 from mlm_task import MaskedLMTask
-from model import ElectraForPreTraining, model_config, token_loss
+from model import ElectraForPreTraining, model_config, token_hits, token_loss
 
 
 class ElectraTask(MaskedLMTask):
@@ -41,7 +41,7 @@ class ElectraTask(MaskedLMTask):
         generator_loss = token_loss(generator_logits, labels)
         loss = generator_loss + self.config.detection_weight * detection_loss
         masked = (labels != IGNORE_INDEX).sum().float()
-        generator_hits = ((generator_logits.argmax(-1) == labels) & (labels != IGNORE_INDEX)).sum().float()
+        generator_hits = token_hits(generator_logits, labels).float()
         detector_hits = (((detector_logits > 0) == replaced).float() * real).sum()
         statistics = torch.stack([masked, generator_hits, real.sum(), detector_hits,
                                   generator_loss.detach().float() * masked, detection_loss.detach() * real.sum(),

@@ -19,7 +19,7 @@ from config import ini_text
 from errors import UserError
 from hardware import to_device
 from masking import IGNORE_INDEX, MaskingRule, mask_tokens, predictions_per_sequence
-from model import BertForCausalLM, BertForMaskedLM, BertForPreTraining, model_config
+from model import BertForCausalLM, BertForMaskedLM, BertForPreTraining, model_config, token_hits
 from sentence_pairs import segment_ids
 from shards import MASKING_FIELDS, Shard, find_shards, read_shard
 
@@ -253,9 +253,7 @@ class MaskedLMTask:
     @staticmethod
     def token_statistics(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """[labelled tokens, correctly predicted ones]."""
-        scored = labels != IGNORE_INDEX
-        hits = ((logits.argmax(-1) == labels) & scored).sum()
-        return torch.stack([scored.sum(), hits])
+        return torch.stack([(labels != IGNORE_INDEX).sum(), token_hits(logits, labels)])
 
     def metrics(self, loss: float, statistics: torch.Tensor) -> dict:
         count, hits, *pairs = statistics.tolist()

@@ -17,6 +17,7 @@ from typing import Iterator, Protocol
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+from torch.profiler import record_function
 from tqdm import tqdm
 
 import checkpoint as checkpoints
@@ -318,17 +319,20 @@ class Trainer:
             run.tokens += batch["input_ids"].numel() * self.world_size
             last = micro == accumulation - 1
             with nullcontext() if last or self.world_size == 1 else run.compiled.no_sync():
-                with self.autocast:
+                with self.autocast, record_function("forward"):  # the names scripts/profile_step.py reports
                     loss, statistics = self.task.loss(run.compiled, batch, generator=run.mask_generator)
-                run.scaler.scale(loss / accumulation).backward()
+                with record_function("backward"):
+                    run.scaler.scale(loss / accumulation).backward()
             meter.add(loss, statistics)
             run.finite &= torch.isfinite(loss.detach())
         if config.grad_clip > 0:
-            run.scaler.unscale_(run.optimizer)
-            nn.utils.clip_grad_norm_(run.model.parameters(), config.grad_clip)
-        run.scaler.step(run.optimizer)
-        run.scaler.update()
-        run.optimizer.zero_grad(set_to_none=True)
+            with record_function("gradient clip"):
+                run.scaler.unscale_(run.optimizer)
+                nn.utils.clip_grad_norm_(run.model.parameters(), config.grad_clip)
+        with record_function("optimizer"):
+            run.scaler.step(run.optimizer)
+            run.scaler.update()
+            run.optimizer.zero_grad(set_to_none=True)
         run.step += 1
 
     def throughput_meter(self, run: Run) -> Throughput:

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from masking import MaskingRule, mask_tokens
-from model import BertForMaskedLM, ModelConfig
+from model import BertForMaskedLM, ModelConfig, attend, token_hits
 
 SPECIAL = torch.arange(5)
 
@@ -86,3 +86,29 @@ def test_the_training_step_never_waits_for_the_gpu(mlm_workdir, monkeypatch):
     main.main(["--device", "cuda", "--dtype", "bfloat16", "--max-iters", "6", "--log-interval", "100",
                "--val-interval", "100", "--async-to-device", "true"])
     assert len(steps) == 6
+
+
+def test_token_hits_count_the_labels_whose_logit_is_largest():
+    logits = torch.tensor([[[0.1, 0.9, 0.0], [0.5, 0.2, 0.3], [0.2, 0.2, 0.1], [0.0, 0.0, 1.0]]])
+    labels = torch.tensor([[1, 2, 0, -100]])  # right, wrong, a tie for the top (counts), not scored
+    assert token_hits(logits, labels).item() == 2
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 20, 300, generator=generator)
+    labels = torch.randint(0, 300, (4, 20), generator=generator)
+    labels[:, ::3] = -100
+    expected = ((logits.argmax(-1) == labels) & (labels != -100)).sum()
+    assert token_hits(logits, labels).item() == expected.item()
+    labels = logits.argmax(-1)
+    assert token_hits(logits.bfloat16(), labels).item() >= 80  # bf16 ties only add hits
+
+
+def test_cpu_attention_under_bf16_autocast_runs_in_fp32_and_returns_bf16():
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 16, 8, generator=generator).bfloat16() for _ in range(3))
+    mask = torch.ones(2, 1, 1, 16, dtype=torch.bool)
+    mask[1, ..., 12:] = False
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = attend(q, k, v, mask, 0.0, False)
+    expected = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y, expected.bfloat16(), rtol=0, atol=0)

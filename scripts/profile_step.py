@@ -1,0 +1,133 @@
+"""Where a training step's time goes: torch.profiler over the trainer's own step.
+
+    python scripts/profile_step.py --config etc/templates/config_cpu.ini      # the demo's 2 x 128
+    python scripts/profile_step.py --config etc/templates/config_cpu.ini --n-layer 4 --d-model 256 --heads 4
+    python scripts/profile_step.py --steps 20 --rows 25                       # ./config.ini
+
+Builds the run as main.py does (task, model, optimizer, data, compile, dtype: every config key
+applies, and any key can be overridden as for main.py), runs --warmup steps, times --steps
+steps as the training log does (tokens/s, MFU against the matmul peak), then profiles as many
+more and prints two markdown tables: the step's phases (the names Trainer.train_step gives
+them), each with the time its operators took and the time between them (Python and the
+framework), and the operators that took the most time themselves. Nothing is written under
+base-dir/runs.
+"""
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+import hardware  # noqa: E402
+import main as training  # noqa: E402
+from config import load_config  # noqa: E402
+from errors import UserError, exit_on_user_error  # noqa: E402
+from run_log import RunLog  # noqa: E402
+from trainer import Trainer  # noqa: E402
+
+PHASES = ("forward", "backward", "gradient clip", "optimizer")  # record_function names in train_step
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="Other options are config keys: --KEY VALUE overrides the config.")
+    parser.add_argument("--config", type=Path, help="config file (default: ./config.ini)")
+    parser.add_argument("--warmup", type=int, default=5, help="steps before timing (compile, allocation)")
+    parser.add_argument("--steps", type=int, default=10, help="steps timed, then as many profiled")
+    parser.add_argument("--rows", type=int, default=15, help="operators listed")
+    args, overrides = parser.parse_known_args(argv)
+    if args.warmup < 0 or args.steps < 1 or args.rows < 1:
+        raise UserError("--warmup must be >= 0, --steps and --rows >= 1")
+    return args, overrides
+
+
+def prepared_run(config):
+    """The trainer, a fresh run (its directory a temporary one, its log silent) and its batches."""
+    task = training.make_task(config)
+    trainer = Trainer(config, task)
+    task.check_data(("train",))
+    run = trainer.open_run(trainer.build_model(None), Path(tempfile.mkdtemp()), RunLog(None, config))
+    batches = hardware.prefetch(task.train_batches(None), trainer.device, config.async_to_device)
+    return trainer, run, batches
+
+
+def synchronize(device: torch.device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_steps(trainer: Trainer, run, batches, meter, steps: int) -> tuple[float, float, float]:
+    """Seconds per step, tokens/s and MFU over `steps` steps, read as the training log reads them."""
+    synchronize(trainer.device)
+    meter.reset(run.step, run.tokens)
+    for _ in range(steps):
+        trainer.train_step(run, batches, meter)
+    synchronize(trainer.device)
+    _, _, tokens_per_sec, mfu = meter.read(run.step, run.tokens)
+    tokens_per_step = trainer.config.batch_size * trainer.config.seq_len * trainer.config.grad_accum_steps
+    return tokens_per_step / tokens_per_sec, tokens_per_sec, mfu
+
+
+def profile_steps(trainer: Trainer, run, batches, meter, steps: int):
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if trainer.device.type == "cuda" else [])
+    with profile(activities=activities) as profiler:
+        for _ in range(steps):
+            trainer.train_step(run, batches, meter)
+        synchronize(trainer.device)
+    return profiler.key_averages()
+
+
+def phase_table(events, seconds_per_step: float) -> list[str]:
+    """Each phase's time per step: inside operators, and the rest (Python, the framework)."""
+    by_name = {event.key: event for event in events}
+    lines = ["| phase | ms per step | share of the step | of which between operators |",
+             "|---|---:|---:|---:|"]
+    profiled = sum(by_name[name].cpu_time_total for name in PHASES if name in by_name)
+    for name in PHASES:
+        if name not in by_name:
+            continue
+        event = by_name[name]
+        share = event.cpu_time_total / profiled
+        lines.append(f"| {name} | {seconds_per_step * share * 1e3:.2f} | {share:.1%} | "
+                     f"{event.self_cpu_time_total / event.cpu_time_total:.1%} |")
+    lines.append(f"| the step (timed without the profiler) | {seconds_per_step * 1e3:.2f} | 100% | |")
+    return lines
+
+
+def operator_table(events, steps: int, rows: int, device: torch.device) -> list[str]:
+    """The operators that took most time themselves (on the GPU where there is one)."""
+    attribute = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    operators = [event for event in events if event.key not in PHASES and not event.key.startswith("ProfilerStep")]
+    total = sum(getattr(event, attribute) for event in operators)
+    lines = ["| operator | calls per step | ms per step | share of operator time |", "|---|---:|---:|---:|"]
+    for event in sorted(operators, key=lambda event: getattr(event, attribute), reverse=True)[:rows]:
+        own = getattr(event, attribute)
+        lines.append(f"| `{event.key}` | {event.count / steps:g} | {own / steps / 1e3:.2f} | {own / total:.1%} |")
+    return lines
+
+
+@exit_on_user_error
+def main(argv=None):
+    args, overrides = parse_args(argv)
+    config = load_config(args.config, overrides)
+    trainer, run, batches = prepared_run(config)
+    meter = trainer.throughput_meter(run)  # measures the matmul peak MFU is against, as training does
+    for _ in range(args.warmup):
+        trainer.train_step(run, batches, meter)
+    seconds_per_step, tokens_per_sec, mfu = time_steps(trainer, run, batches, meter, args.steps)
+    events = profile_steps(trainer, run, batches, meter, args.steps)
+    print(f"{config.n_layer} x {config.d_model}, batch {config.batch_size} x {config.seq_len}, "
+          f"{config.task_type}, device {trainer.device}, {str(trainer.dtype).removeprefix('torch.')}, "
+          f"compile {str(config.compile).lower()}: {seconds_per_step * 1e3:.1f} ms per step, "
+          f"{tokens_per_sec:,.0f} tokens/s, MFU {mfu:.1%}\n")
+    print("\n".join(phase_table(events, seconds_per_step)))
+    print()
+    print("\n".join(operator_table(events, args.steps, args.rows, trainer.device)))
+
+
+if __name__ == "__main__":
+    main()
