@@ -157,13 +157,12 @@ def useful_flops_per_step(size: str, batch_size: int) -> float:
 
 # ----------------------------------------------------------------------------- fine-tuning
 
-def sst2_epoch(batch_size: int):
+def sst2_epoch(batch_size: int, demo: Path = ROOT / "demo"):
     """One epoch of real SST-2 training batches (numpy), as the trainer draws them with the default
     config (length-grouped, padded to each batch's longest), and the vocabulary."""
     from classification_task import ClassificationTask
     from config import Config
     from vocab import load_vocab
-    demo = ROOT / "demo"
     if not (demo / "datasets" / "train-00000-of-00001.parquet").is_file():
         sys.exit(f"{demo}/datasets: no SST-2 training split; the fine-tuning benchmark needs the demo "
                  f"(python scripts/make_demo.py -o demo)")
@@ -216,28 +215,57 @@ def warm_up_batches(batches: list[dict]) -> list[dict]:
     return distinct if len(distinct) > 1 else distinct * 2
 
 
+def shuffled_dynamic_batches(batches: list[dict], vocab, seed: int = 0) -> list[dict]:
+    """The same sentences as transformers users batch them: shuffled, DataCollatorWithPadding
+    padding each batch to its longest sentence (Trainer's default for a tokenizer without
+    pad_to_max_length)."""
+    from transformers import BertTokenizerFast, DataCollatorWithPadding
+    collator = DataCollatorWithPadding(BertTokenizerFast(vocab_file=str(vocab.path)), return_tensors="np")
+    sentences = [{"input_ids": ids[real.astype(bool)].tolist(), "label": int(label)}
+                 for batch in batches
+                 for ids, real, label in zip(batch["input_ids"], batch["attention_mask"], batch["labels"])]
+    order = np.random.default_rng(seed).permutation(len(sentences))
+    size = len(batches[0]["labels"])
+    collated = [collator([sentences[i] for i in order[first:first + size]]) for first in range(0, len(order), size)]
+    return [{"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], "labels": batch["labels"]}
+            for batch in collated]
+
+
+FINETUNING_ARMS = {  # arm: (side, how its batches are made)
+    "ours": ("ours", "length-grouped, padded to the longest (rounded to 8)"),
+    "transformers, padded to 128": ("transformers", "padded to 128 as run_glue does by default"),
+    "transformers, dynamic padding": ("transformers", "shuffled, DataCollatorWithPadding"),
+    "transformers, our batches": ("transformers", "our length-grouped batches"),
+}
+
+
+def finetuning_batches(measured: list[dict], vocab) -> dict[str, list[dict]]:
+    return {"ours": measured, "transformers, our batches": measured,
+            "transformers, padded to 128": [padded_to_seq_len(batch, vocab.pad_id) for batch in measured],
+            "transformers, dynamic padding": shuffled_dynamic_batches(measured, vocab)}
+
+
 def compare_finetuning(size: str, epoch: list[dict], vocab, steps: int, rounds: int, device, dtype) -> dict:
-    """Sentences/s of fine-tuning over the first rounds x steps training batches of the epoch,
-    each round the next `steps` of them, ours then theirs on the same sentences: ours padded to
-    each batch's longest (rounded up to 8, as EncodedSentences.batch does), theirs to 128."""
+    """Sentences/s of fine-tuning over the first rounds x steps training batches of the epoch, each
+    round the next `steps` of them for every arm in turn, all arms on the same sentences."""
     def on_device(batch):
         return {key: torch.as_tensor(value).to(device) for key, value in batch.items()}
 
     measured = epoch[:rounds * steps]
-    batches = {"ours": [on_device(batch) for batch in measured],
-               "transformers": [on_device(padded_to_seq_len(batch, vocab.pad_id)) for batch in measured]}
-    runners = [OursClassifier(size, vocab, device, dtype), TheirsClassifier(size, vocab, device, dtype)]
-    for runner in runners:
-        seconds_for_batches(runner, warm_up_batches(batches[runner.name]), device)
-    seconds = {runner.name: 0.0 for runner in runners}
+    batches = {arm: [on_device(batch) for batch in arm_batches]
+               for arm, arm_batches in finetuning_batches(measured, vocab).items()}
+    runners = {"ours": OursClassifier(size, vocab, device, dtype),
+               "transformers": TheirsClassifier(size, vocab, device, dtype)}
+    for arm, (side, _) in FINETUNING_ARMS.items():
+        seconds_for_batches(runners[side], warm_up_batches(batches[arm]), device)
+    seconds = dict.fromkeys(FINETUNING_ARMS, 0.0)
     for first in range(0, len(measured), steps):
-        for runner in runners:
-            seconds[runner.name] += seconds_for_batches(runner, batches[runner.name][first:first + steps], device)
+        for arm, (side, _) in FINETUNING_ARMS.items():
+            seconds[arm] += seconds_for_batches(runners[side], batches[arm][first:first + steps], device)
     sentences = sum(len(batch["labels"]) for batch in measured)
-    result = {name: sentences / total for name, total in seconds.items()}
-    result["widths"] = {name: np.mean([batch["input_ids"].shape[1] for batch in side])
-                        for name, side in batches.items()}
-    return result
+    return {arm: {"rate": sentences / seconds[arm],
+                  "width": np.mean([batch["input_ids"].shape[1] for batch in batches[arm]])}
+            for arm in FINETUNING_ARMS}
 
 
 # ----------------------------------------------------------------------------- peak memory
@@ -337,24 +365,22 @@ def print_mlm_tables(args, device, dtype, peaks: dict):
 def print_finetuning_table(args, device, dtype):
     epoch, vocab = sst2_epoch(args.batch_size)
     batches = args.rounds * args.finetune_steps
-    epoch_width = np.mean([batch["input_ids"].shape[1] for batch in epoch])
     print()
-    print(f"SST-2 fine-tuning over the first {batches} of the epoch's {len(epoch)} training batches of "
-          f"{args.batch_size} real sentences, drawn as training draws them (length-grouped); both sides on the "
-          f"same batches, ours padded to each batch's longest (rounded to 8; {epoch_width:.1f} wide on average "
-          f"over the epoch), transformers to {SEQ_LEN} as run_glue does; {args.rounds} alternating rounds of "
-          f"{args.finetune_steps} steps, total sentences over total seconds")
+    print(f"SST-2 fine-tuning over the same {batches * args.batch_size} real training sentences (the first {batches} "
+          f"of the epoch's {len(epoch)} batches of {args.batch_size}, drawn as our trainer draws them); "
+          f"{args.rounds} rounds of {args.finetune_steps} steps, every arm in turn; total sentences over total "
+          f"seconds. Arms: " + "; ".join(f"{arm}: {how}" for arm, (_, how) in FINETUNING_ARMS.items()))
     print()
-    print("| size | layers x width | ours mean width | transformers width | ours sentences/s | "
-          "transformers sentences/s | ours / transformers |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    others = [arm for arm in FINETUNING_ARMS if arm != "ours"]
+    print("| size | arm | mean width | sentences/s | ours / this |")
+    print("|---|---|---:|---:|---:|")
     for size in args.finetune_sizes:
         result = compare_finetuning(size, epoch, vocab, args.finetune_steps, args.rounds, device, dtype)
         layers, width, _ = SIZES[size]
-        widths = result["widths"]
-        print(f"| {size} | {layers} x {width} | {widths['ours']:.1f} | {widths['transformers']:.0f} | "
-              f"{result['ours']:,.1f} | {result['transformers']:,.1f} | "
-              f"{result['ours'] / result['transformers']:.2f}x |", flush=True)
+        for arm in ["ours", *others]:
+            ratio = "" if arm == "ours" else f"{result['ours']['rate'] / result[arm]['rate']:.2f}x"
+            print(f"| {layers} x {width} | {arm} | {result[arm]['width']:.1f} | {result[arm]['rate']:,.1f} | "
+                  f"{ratio} |", flush=True)
 
 
 def main(argv=None):

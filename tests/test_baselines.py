@@ -1,8 +1,9 @@
 """The comparison scripts run and measure something real: the bag-of-words baseline and bench.py."""
+import shutil
+
 import bench
 import bow_baseline
 import make_demo
-import pytest
 import torch
 
 
@@ -38,10 +39,10 @@ def test_useful_flops_count_the_head_on_masked_slots_only():
     assert encoder_only < bench.useful_flops_per_step("small", 4) < all_positions
 
 
-def test_finetuning_benchmark_runs_both_sides_on_the_same_training_batches():
-    if not (bench.ROOT / "demo" / "datasets" / "train-00000-of-00001.parquet").is_file():
-        pytest.skip("needs the demo data (scripts/make_demo.py)")
-    epoch, vocab = bench.sst2_epoch(batch_size=4)
+def test_finetuning_benchmark_runs_every_arm_on_the_same_sentences(vocab_dir, rotten_tomatoes, tmp_path):
+    shutil.copytree(vocab_dir, tmp_path / "vocab")
+    make_demo.write_sst2(tmp_path / "datasets", rotten_tomatoes, seed=123)
+    epoch, vocab = bench.sst2_epoch(batch_size=4, demo=tmp_path)
     first = epoch[0]
     theirs = bench.padded_to_seq_len(first, vocab.pad_id)
     width = first["input_ids"].shape[1]
@@ -50,11 +51,21 @@ def test_finetuning_benchmark_runs_both_sides_on_the_same_training_batches():
     assert (theirs["input_ids"][:, width:] == vocab.pad_id).all()
     assert theirs["attention_mask"].sum() == first["attention_mask"].sum()
 
+    measured = epoch[:6]
+    shuffled = bench.shuffled_dynamic_batches(measured, vocab)
+    def sentences(batches):
+        return sorted((tuple(ids[real.astype(bool)]), int(label)) for batch in batches
+                      for ids, real, label in zip(batch["input_ids"], batch["attention_mask"], batch["labels"]))
+    assert sentences(shuffled) == sentences(measured) and sentences(shuffled) != sentences(measured[:5])
+    for batch in shuffled:  # each padded to its own longest sentence
+        assert batch["attention_mask"].sum(1).max() == batch["input_ids"].shape[1]
+        assert (batch["input_ids"][batch["attention_mask"] == 0] == vocab.pad_id).all()
+
     result = bench.compare_finetuning("small", epoch, vocab, steps=1, rounds=2, device=torch.device("cpu"),
                                       dtype=torch.float32)
-    assert result["ours"] > 0 and result["transformers"] > 0
-    assert result["widths"]["transformers"] == bench.SEQ_LEN
-    assert result["widths"]["ours"] < 64  # SST-2 sentences are short, and grouped by length
+    assert set(result) == set(bench.FINETUNING_ARMS) and all(arm["rate"] > 0 for arm in result.values())
+    assert result["transformers, padded to 128"]["width"] == bench.SEQ_LEN
+    assert result["ours"]["width"] == result["transformers, our batches"]["width"] < 64
 
 
 def test_peak_memory_is_measured_in_a_fresh_process():
