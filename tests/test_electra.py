@@ -97,7 +97,8 @@ def test_two_processes_train_electra(mlm_workdir):
 
 def test_fine_tuning_starts_from_the_discriminator_and_export_gives_it_to_transformers(
         mlm_workdir, rotten_tomatoes, tmp_path):
-    run_dir = main.run(main.load_config(None, ELECTRA + ["--max-iters", "4"]), None, False)
+    bert = ["--norm", "postln", "--position", "learned"]  # what transformers' BertModel can hold
+    run_dir = main.run(main.load_config(None, ELECTRA + bert + ["--max-iters", "4"]), None, False)
     electra = run_dir / "checkpoints" / "checkpoint.pt"
     make_demo.write_sst2(mlm_workdir / "datasets", rotten_tomatoes, seed=123)
     fine_tuned = main.run(main.load_config(None, ["--task-type", "sst2", "--max-iters", "3", "--val-interval", "3"]),
