@@ -185,14 +185,16 @@ def wait_for_first_failure(processes: list[subprocess.Popen]) -> tuple[int, int]
     """Wait for all; on the first non-zero exit kill the rest and return (rank, exit code)."""
     while True:
         codes = [process.poll() for process in processes]
-        for rank, code in enumerate(codes):
-            if code not in (None, 0):
-                for process in processes:
-                    if process.poll() is None:
-                        process.kill()
-                for process in processes:
-                    process.wait()
-                return rank, code
+        failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
+        if failed:
+            for process in processes:
+                if process.poll() is None:
+                    process.kill()
+            for process in processes:
+                process.wait()
+            # gloo aborts a rank whose peer vanished (SIGABRT, "terminate called"): when ranks fail
+            # within one look, name the one that did not merely react to another's death.
+            return min(failed, key=lambda failure: failure[1] == -signal.SIGABRT)
         if all(code == 0 for code in codes):
             return None
-        time.sleep(0.1)
+        time.sleep(0.02)

@@ -172,3 +172,28 @@ def test_torchrun_runs_the_same_main(mlm_workdir_factory, tmp_path):
     log = (workdir / "runs" / "run0" / "logs" / "log.txt").read_text(encoding="utf-8")
     assert "x 2 processes" in log
     assert load(workdir / "runs" / "run0" / "checkpoints" / "checkpoint.pt")["step"] == 2
+
+
+class FinishedProcess:
+    """A stand-in for a subprocess.Popen that has already exited with `code`."""
+
+    def __init__(self, code: int):
+        self.code = code
+
+    def poll(self):
+        return self.code
+
+    def wait(self):
+        return self.code
+
+    def kill(self):
+        raise AssertionError("a finished process is not killed")
+
+
+def test_the_launcher_names_the_rank_that_died_not_the_one_gloo_aborted_after_it():
+    import signal
+    import distributed
+    aborted, killed = FinishedProcess(-signal.SIGABRT), FinishedProcess(-signal.SIGKILL)
+    assert distributed.wait_for_first_failure([aborted, killed]) == (1, -signal.SIGKILL)
+    assert distributed.wait_for_first_failure([FinishedProcess(0), aborted]) == (1, -signal.SIGABRT)
+    assert distributed.wait_for_first_failure([FinishedProcess(0), FinishedProcess(0)]) is None
