@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 from masking import IGNORE_INDEX, MaskingRule, mask_tokens, predictions_per_sequence  # noqa: E402
 from model import BertForMaskedLM, BertForSequenceClassification, ModelConfig, flops_per_token  # noqa: E402
-from hardware import measure_matmul_flops, select_device, select_dtype  # noqa: E402
+from hardware import measure_matmul_flops, select_device, select_dtype, synchronize  # noqa: E402
 
 SIZES = {"small": (2, 128, 2), "medium": (4, 256, 4), "original": (6, 768, 12)}  # layers, width, heads
 VOCAB_SIZE, SEQ_LEN, SPECIAL_IDS, MASK_ID = 30522, 128, torch.tensor([0, 100, 101, 102, 103]), 103
@@ -122,12 +122,11 @@ class Theirs(TrainingStep):
 
 
 def seconds_for_batches(runner, batches: list, device) -> float:
-    synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    synchronize()
+    synchronize(device)
     started = time.perf_counter()
     for batch in batches:
         runner.step(batch)
-    synchronize()
+    synchronize(device)
     return time.perf_counter() - started
 
 
@@ -371,13 +370,12 @@ def print_finetuning_table(args, device, dtype):
           f"{args.rounds} rounds of {args.finetune_steps} steps, every arm in turn; total sentences over total "
           f"seconds. Arms: " + "; ".join(f"{arm}: {how}" for arm, (_, how) in FINETUNING_ARMS.items()))
     print()
-    others = [arm for arm in FINETUNING_ARMS if arm != "ours"]
     print("| size | arm | mean width | sentences/s | ours / this |")
     print("|---|---|---:|---:|---:|")
     for size in args.finetune_sizes:
         result = compare_finetuning(size, epoch, vocab, args.finetune_steps, args.rounds, device, dtype)
         layers, width, _ = SIZES[size]
-        for arm in ["ours", *others]:
+        for arm in FINETUNING_ARMS:  # ours first
             ratio = "" if arm == "ours" else f"{result['ours']['rate'] / result[arm]['rate']:.2f}x"
             print(f"| {layers} x {width} | {arm} | {result[arm]['width']:.1f} | {result[arm]['rate']:,.1f} | "
                   f"{ratio} |", flush=True)

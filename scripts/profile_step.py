@@ -15,6 +15,7 @@ base-dir/runs.
 import argparse
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -55,21 +56,17 @@ def prepared_run(config):
     return trainer, run, batches
 
 
-def synchronize(device: torch.device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def time_steps(trainer: Trainer, run, batches, meter, steps: int) -> tuple[float, float, float]:
-    """Seconds per step, tokens/s and MFU over `steps` steps, read as the training log reads them."""
-    synchronize(trainer.device)
+    """Seconds per step, and tokens/s and MFU as the training log reads them, over `steps` steps."""
+    hardware.synchronize(trainer.device)
     meter.reset(run.step, run.tokens)
+    started = time.perf_counter()
     for _ in range(steps):
         trainer.train_step(run, batches, meter)
-    synchronize(trainer.device)
+    hardware.synchronize(trainer.device)
+    seconds = time.perf_counter() - started
     _, _, tokens_per_sec, mfu = meter.read(run.step, run.tokens)
-    tokens_per_step = trainer.config.batch_size * trainer.config.seq_len * trainer.config.grad_accum_steps
-    return tokens_per_step / tokens_per_sec, tokens_per_sec, mfu
+    return seconds / steps, tokens_per_sec, mfu
 
 
 def profile_steps(trainer: Trainer, run, batches, meter, steps: int):
@@ -77,7 +74,7 @@ def profile_steps(trainer: Trainer, run, batches, meter, steps: int):
     with profile(activities=activities) as profiler:
         for _ in range(steps):
             trainer.train_step(run, batches, meter)
-        synchronize(trainer.device)
+        hardware.synchronize(trainer.device)
     return profiler.key_averages()
 
 

@@ -62,21 +62,26 @@ def measure_matmul_flops(device: torch.device, dtype: torch.dtype, tries: int = 
     return max(matmul_flops_once(device, dtype) for _ in range(tries))
 
 
+def synchronize(device: torch.device):
+    """Wait for the device's queued work, so that a clock read after it counts that work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def matmul_flops_once(device: torch.device, dtype: torch.dtype, size: int = 1024, seconds: float = 0.1) -> float:
     """Matmul rate of one short try of size x size products."""
     generator = torch.Generator(device=device).manual_seed(0)  # leaves the training RNG alone
     a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
     b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
-    synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for _ in range(3):
         a @ b
-    synchronize()
+    synchronize(device)
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         for _ in range(10):
             a @ b
         count += 10
-        synchronize()
+        synchronize(device)
     return 2 * size ** 3 * count / (time.perf_counter() - start)
 
 
