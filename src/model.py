@@ -18,6 +18,8 @@ from config import FEED_FORWARDS, NORMS, POOLINGS, POSITIONS, Config, attention_
 from errors import UserError
 from masking import IGNORE_INDEX
 
+INIT_STD = 0.02  # BERT's: the spread of every initial weight
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -85,13 +87,17 @@ def make_norm(config: ModelConfig) -> nn.Module:
 def sinusoidal_positions(length: int, width: int) -> torch.Tensor:
     """The fixed table of "Attention Is All You Need": feature 2i of position p is
     sin(p / 10000^(2i/width)), feature 2i+1 its cosine: the paper's exponent (the project this
-    one replaces had it off by two, so its tables differ)."""
+    one replaces had it off by two, so its tables differ). Scaled by INIT_STD, the spread the
+    token embeddings start with: at amplitude 1 the table outweighs them 35 to 1, the embeddings'
+    norm then sees positions only, and pre-training sits on the unigram plateau while the encoder
+    maps every token to nearly one vector, which fine-tuning cannot undo (README, the recipe
+    screen). The original project's embeddings started at std 1, comparable to its unit table."""
     position = torch.arange(length, dtype=torch.float32)[:, None]
     frequencies = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(10000.0) / width))
     table = torch.zeros(length, width)
     table[:, 0::2] = torch.sin(position * frequencies)
     table[:, 1::2] = torch.cos(position * frequencies[:width // 2])
-    return table
+    return INIT_STD * table
 
 
 class Embeddings(nn.Module):
@@ -238,9 +244,9 @@ class Encoder(nn.Module):
 
 
 def init_weights(module: nn.Module):
-    """BERT's initialisation: normal(0, 0.02) weights, zero biases, unit norms."""
+    """BERT's initialisation: normal(0, INIT_STD) weights, zero biases, unit norms."""
     if isinstance(module, (nn.Linear, nn.Embedding)):
-        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
     if isinstance(module, nn.Linear) and module.bias is not None:
         nn.init.zeros_(module.bias)
     if isinstance(module, nn.Embedding) and module.padding_idx is not None:

@@ -15,7 +15,10 @@ from conftest import TEST_DEVICE
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "etc" / "templates" / "config_sst2_cpu.ini"
-BERT = ["--norm", "postln", "--position", "learned"]  # BERT's own architecture, where the collapse was
+ARCHITECTURES = {  # where a start collapsed: BERT's own, and the original project's
+    "bert": ["--norm", "postln", "--position", "learned"],
+    "original-project": ["--norm", "preln", "--position", "sinusoidal"],
+}
 SMALL = ["--seq-len", "64", "--d-model", "128", "--heads", "2", "--n-layer", "2", "--device", TEST_DEVICE,
          "--dtype", "float32"]
 
@@ -35,24 +38,26 @@ def best_accuracy(run_dir: Path) -> float:
     return max(float(line.split("val accuracy ")[1].split()[0]) for line in log.splitlines() if "val accuracy" in line)
 
 
-def fine_tune(base: Path, checkpoint: Path | None, *extra: str) -> float:
+def fine_tune(base: Path, checkpoint: Path | None, architecture: list[str]) -> float:
     """The recommended recipe, shortened to 300 steps (6 epochs of the 1,600 sentences)."""
-    overrides = ["--base-dir", str(base), *SMALL, *BERT, "--max-iters", "300", "--lr-decay-iters", "300",
-                 "--val-interval", "100", *extra]
+    overrides = ["--base-dir", str(base), *SMALL, *architecture, "--max-iters", "300", "--lr-decay-iters", "300",
+                 "--val-interval", "100"]
     return best_accuracy(main.run(main.load_config(RECIPE, overrides), checkpoint, False))
 
 
-def test_fine_tuning_after_a_short_pre_training_is_no_worse_than_from_random_weights(base, monkeypatch,
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+def test_fine_tuning_after_a_short_pre_training_is_no_worse_than_from_random_weights(architecture, base, monkeypatch,
                                                                                   keep_signal_handlers):
     monkeypatch.setattr(hardware, "measure_matmul_flops", lambda device, dtype: 1e12)  # not tested here
     monkeypatch.chdir(base)
     pretraining = main.load_config(ROOT / "etc" / "templates" / "config_cpu.ini",
-                                   ["--base-dir", str(base), *SMALL, *BERT, "--max-iters", "120", "--time-budget", "0",
+                                   ["--base-dir", str(base), *SMALL, *ARCHITECTURES[architecture], "--max-iters", "120", "--time-budget", "0",
                                     "--val-interval", "120", "--val-iters", "2",
                                     "--dataset-pattern", "train_imdb_64_*.msgpack",
                                     "--val-dataset-pattern", "val_imdb_64_*.msgpack"])
     checkpoint = main.run(pretraining, None, False) / "checkpoints" / "checkpoint.pt"
-    pretrained, random = fine_tune(base, checkpoint), fine_tune(base, None)
+    pretrained, random = fine_tune(base, checkpoint, ARCHITECTURES[architecture]), fine_tune(base, None, ARCHITECTURES[architecture])
     # 200 validation sentences: one standard error of an accuracy near 0.75 is 0.03.
     assert pretrained >= random - 0.03, (pretrained, random)
-    assert pretrained > 0.65  # far from chance, where the collapsed start sat
+    assert pretrained > 0.6  # far from chance, where a collapsed start sat (0.52; with the unit sinusoidal table
+    # random weights sat there too)

@@ -16,7 +16,7 @@ import make_demo
 from classification_task import ClassificationTask
 from config import load_config
 from mlm_task import MaskedLMTask
-from model import BertForMaskedLM, ModelConfig, sinusoidal_positions
+from model import INIT_STD, BertForMaskedLM, ModelConfig, sinusoidal_positions
 from shards import read_shard
 from test_trainer import load, write_legacy_shard
 from vocab import load_vocab
@@ -177,8 +177,8 @@ def test_fine_tuning_takes_the_architecture_from_the_checkpoint(in_project, caps
 
 def test_sinusoidal_positions_are_the_papers_table_and_not_saved():
     table = sinusoidal_positions(50, 8)
-    assert table[7, 2] == pytest.approx(math.sin(7 / 10000 ** (2 / 8)))
-    assert table[7, 3] == pytest.approx(math.cos(7 / 10000 ** (2 / 8)))
+    assert table[7, 2] == pytest.approx(INIT_STD * math.sin(7 / 10000 ** (2 / 8)))
+    assert table[7, 3] == pytest.approx(INIT_STD * math.cos(7 / 10000 ** (2 / 8)))
     model = BertForMaskedLM(ModelConfig(vocab_size=40, max_len=50, d_model=8, heads=2, n_layer=1, d_ff=16,
                                         position="sinusoidal", dropout=0.0)).eval()
     assert not any("position" in name for name in model.state_dict())
