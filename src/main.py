@@ -18,7 +18,8 @@ import torch
 import checkpoint as checkpoints
 import distributed
 from classification_task import ClassificationTask
-from config import Config, load_config
+from config import Config
+from ini import load_config
 from electra_task import ElectraTask
 from errors import UserError, exit_on_user_error
 from hardware import select_device

@@ -1,10 +1,11 @@
-"""Tests for config.py: the original project's INI files, our templates, overrides and errors."""
+"""Tests for config.py and ini.py: the original project's INI files, our templates, overrides and errors."""
 from pathlib import Path
 
 import pytest
 import torch
 
-from config import Config, load_config
+from config import Config
+from ini import load_config
 from errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -45,18 +45,19 @@ def fine_tune(base: Path, checkpoint: Path | None, architecture: list[str]) -> f
     return best_accuracy(main.run(main.load_config(RECIPE, overrides), checkpoint, False))
 
 
-@pytest.mark.parametrize("architecture", ARCHITECTURES)
-def test_fine_tuning_after_a_short_pre_training_is_no_worse_than_from_random_weights(architecture, base, monkeypatch,
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_fine_tuning_after_a_short_pre_training_is_no_worse_than_from_random_weights(name, base, monkeypatch,
                                                                                   keep_signal_handlers):
+    architecture = ARCHITECTURES[name]
     monkeypatch.setattr(hardware, "measure_matmul_flops", lambda device, dtype: 1e12)  # not tested here
     monkeypatch.chdir(base)
     pretraining = main.load_config(ROOT / "etc" / "templates" / "config_cpu.ini",
-                                   ["--base-dir", str(base), *SMALL, *ARCHITECTURES[architecture], "--max-iters", "120", "--time-budget", "0",
-                                    "--val-interval", "120", "--val-iters", "2",
+                                   ["--base-dir", str(base), *SMALL, *architecture, "--max-iters", "120",
+                                    "--time-budget", "0", "--val-interval", "120", "--val-iters", "2",
                                     "--dataset-pattern", "train_imdb_64_*.msgpack",
                                     "--val-dataset-pattern", "val_imdb_64_*.msgpack"])
     checkpoint = main.run(pretraining, None, False) / "checkpoints" / "checkpoint.pt"
-    pretrained, random = fine_tune(base, checkpoint, ARCHITECTURES[architecture]), fine_tune(base, None, ARCHITECTURES[architecture])
+    pretrained, random = fine_tune(base, checkpoint, architecture), fine_tune(base, None, architecture)
     # 200 validation sentences: one standard error of an accuracy near 0.75 is 0.03.
     assert pretrained >= random - 0.03, (pretrained, random)
     assert pretrained > 0.6  # far from chance, where a collapsed start sat (0.52; with the unit sinusoidal table

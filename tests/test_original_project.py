@@ -14,7 +14,7 @@ import hardware
 import main
 import make_demo
 from classification_task import ClassificationTask
-from config import load_config
+from ini import load_config
 from mlm_task import MaskedLMTask
 from model import INIT_STD, BertForMaskedLM, ModelConfig, sinusoidal_positions
 from shards import read_shard

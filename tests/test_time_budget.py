@@ -7,7 +7,8 @@ import checkpoint as checkpoints
 import hardware
 import main
 import throughput
-from config import Config, load_config
+from config import Config
+from ini import load_config
 from errors import UserError
 from mlm_task import MaskedLMTask
 from optimizer import budget_lr, learning_rate
