@@ -22,6 +22,7 @@ from atomic import atomic_write  # noqa: E402
 from config import CLASSIFICATION_TASKS  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from hf_weights import to_hf  # noqa: E402
+from model import INIT_STD  # noqa: E402
 from vocab import Vocab  # noqa: E402
 
 # An ELECTRA checkpoint exports its discriminator, the encoder that fine-tuning keeps; an imported
@@ -51,7 +52,7 @@ def hf_config(checkpoint: dict) -> dict:
               "hidden_dropout_prob": model["dropout"], "attention_probs_dropout_prob": model["dropout"],
               "max_position_embeddings": model["max_len"], "type_vocab_size": model["segments"],
               "layer_norm_eps": model["layer_norm_eps"], "pad_token_id": model["pad_id"],
-              "initializer_range": 0.02, "position_embedding_type": "absolute"}
+              "initializer_range": INIT_STD, "position_embedding_type": "absolute"}
     if checkpoint["task"] in CLASSIFICATION_TASKS:
         config["id2label"] = {str(i): f"LABEL_{i}" for i in range(model["num_labels"])}
         config["label2id"] = {f"LABEL_{i}": i for i in range(model["num_labels"])}

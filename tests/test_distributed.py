@@ -2,6 +2,7 @@
 run directory, exact resume, a failed rank ends the run, and torchrun runs the same main.py."""
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+import distributed
 import make_demo
 from test_trainer import load, scalars
 
@@ -191,8 +193,6 @@ class FinishedProcess:
 
 
 def test_the_launcher_names_the_rank_that_died_not_the_one_gloo_aborted_after_it():
-    import signal
-    import distributed
     aborted, killed = FinishedProcess(-signal.SIGABRT), FinishedProcess(-signal.SIGKILL)
     assert distributed.wait_for_first_failure([aborted, killed]) == (1, -signal.SIGKILL)
     assert distributed.wait_for_first_failure([FinishedProcess(0), aborted]) == (1, -signal.SIGABRT)
