@@ -100,6 +100,7 @@ RULES = {
     "dist_backend": one_of("auto", "nccl", "gloo"),
     "peak_tflops": at_least(0),
     "weight_decay": at_least(0),
+    "layer_lr_decay": within(0, 1, "(]"),
     "beta1": within(0, 1, "[)"),
     "beta2": within(0, 1, "[)"),
     "grad_clip": at_least(0),
@@ -221,6 +222,9 @@ class Config:
     # run ends when it is. Validation is not charged. 0: no budget, max-iters and lr-decay-iters rule.
     time_budget: str = "0"
     weight_decay: float = 0.01
+    # Each encoder layer learns at this share of the rate of the one above it, the embeddings at
+    # the lowest; heads at the full rate. 1: one rate for all (ELECTRA fine-tunes with 0.8).
+    layer_lr_decay: float = 1.0
     beta1: float = 0.9
     beta2: float = 0.999
     grad_clip: float = 1.0  # 0 disables clipping

@@ -9,10 +9,16 @@ from config import Config, parse_scheduler
 
 
 def make_optimizer(model: nn.Module, config: Config, log) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only (not on biases, norms), fused when asked."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    """AdamW with weight decay on matrices only (not on biases, norms), fused when asked; each
+    group's lr_scale is its share of the scheduled rate (layer-lr-decay)."""
+    groups = {}
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            decay = config.weight_decay if param.dim() >= 2 else 0.0
+            scale = config.layer_lr_decay ** layers_above(name, model)
+            groups.setdefault((decay, scale), []).append(param)
+    groups = [{"params": params, "weight_decay": decay, "lr_scale": scale}
+              for (decay, scale), params in groups.items()]
     kwargs = dict(lr=config.learning_rate, betas=(config.beta1, config.beta2))
     if config.fused_adamw:
         try:
@@ -20,6 +26,17 @@ def make_optimizer(model: nn.Module, config: Config, log) -> torch.optim.AdamW:
         except (RuntimeError, ValueError) as error:
             log(f"warning: fused AdamW is not supported here ({error}); using the default AdamW")
     return torch.optim.AdamW(groups, **kwargs)
+
+
+def layers_above(name: str, model: nn.Module) -> int:
+    """How many encoder layers lie above a parameter: n-layer for the embeddings, n-layer - 1 - i
+    for layer i, 0 for the rest (final norm, heads, an ELECTRA generator)."""
+    layers = len(model.encoder.layers)
+    if name.startswith("encoder.embeddings."):
+        return layers
+    if name.startswith("encoder.layers."):
+        return layers - 1 - int(name.split(".")[2])
+    return 0
 
 
 def learning_rate(step: int, spent: float, config: Config, resumed_at: int | None = None) -> float:

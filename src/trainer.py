@@ -114,6 +114,15 @@ def check_same_measure(path: Path, saved_settings: dict, task: Task, config: Con
                             f"these weights, add --switch-training)")
 
 
+def check_same_optimizer_groups(path: Path, saved_settings: dict, config: Config):
+    """Adam's moments are saved per parameter group, and layer-lr-decay decides the groups."""
+    saved = saved_settings.get("layer-lr-decay", 1.0)
+    if saved != config.layer_lr_decay:
+        raise UserError(f"{path}: the run has layer-lr-decay = {ini_text(saved)}, the config "
+                        f"{ini_text(config.layer_lr_decay)}; resuming keeps it (or add --dont-load-optimizer "
+                        f"to resume with fresh optimizer moments)")
+
+
 class Trainer:
     def __init__(self, config: Config, task: Task, rank: int = 0, world_size: int = 1):
         self.config = config
@@ -173,6 +182,8 @@ class Trainer:
         """The run `saved` comes from, continued exactly: weights, optimizer, data position, random
         states. It goes on in its run directory (a copied checkpoint: in a new one)."""
         check_same_measure(path, saved["config"], self.task, self.config)
+        if load_optimizer:
+            check_same_optimizer_groups(path, saved["config"], self.config)
         model = self.restored_model(saved, path)
         self.task.check_data(("val",))
         run_dir = checkpoints.run_dir_of(path) or self.new_run_dir()
@@ -312,8 +323,8 @@ class Trainer:
         config, accumulation = self.config, self.config.grad_accum_steps
         budget = config.budget_seconds
         run.lr = learning_rate(run.step, run.elapsed / budget if budget else 0.0, config, run.resumed_at)
-        for group in run.optimizer.param_groups:
-            group["lr"] = run.lr
+        for group in run.optimizer.param_groups:  # a group loaded from a checkpoint saved without lr_scale has none
+            group["lr"] = run.lr * group.get("lr_scale", 1.0)
         for micro in range(accumulation):
             run.position, batch = next(batches)
             run.tokens += batch["input_ids"].numel() * self.world_size

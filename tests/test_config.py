@@ -196,6 +196,8 @@ def test_unknown_key_names_file_line_and_suggests(tmp_path):
     ("seq-len = 4", "seq-len = 4: expected an integer in [8, 2048]"),
     ("mask-rate = 0", "mask-rate = 0.0: expected a number in (0, 1)"),
     ("learning-rate = 0", "learning-rate = 0.0: expected a number > 0"),
+    ("layer-lr-decay = 0", "layer-lr-decay = 0.0: expected a number in (0, 1]"),
+    ("layer-lr-decay = 1.2", "layer-lr-decay = 1.2: expected a number in (0, 1]"),
     ("dist-master-port = 70000", "dist-master-port = 70000: expected an integer in [1, 65535]"),
     ("task-type = bert", "task-type = 'bert': expected one of mlm, clm, electra, sst2, cola, classify"),
     ("device = gpu", "device = 'gpu': expected auto, cpu, cuda or cuda:N"),

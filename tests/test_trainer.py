@@ -21,7 +21,8 @@ import hardware
 from config import Config
 from mlm_task import MaskedLMTask
 from shards import read_shard
-from optimizer import cosine_lr
+from model import BertForSequenceClassification, ModelConfig
+from optimizer import cosine_lr, make_optimizer
 from vocab import load_vocab
 from conftest import TEST_DEVICE
 
@@ -86,6 +87,35 @@ def test_cosine_lr_without_warmup_starts_at_the_peak():
     config = Config(learning_rate=1e-3, min_learning_rate=0.0, warmup_iters=0, lr_decay_iters=50)
     assert cosine_lr(0, config) == pytest.approx(1e-3)
     assert cosine_lr(50, config) == 0.0
+
+
+def optimizer_settings(model, config: Config) -> dict[str, dict]:
+    """Parameter name -> {lr_scale, weight_decay} of the group make_optimizer puts it in."""
+    groups = {id(param): group for group in make_optimizer(model, config, print).param_groups
+              for param in group["params"]}
+    return {name: {key: groups[id(param)][key] for key in ("lr_scale", "weight_decay")}
+            for name, param in model.named_parameters()}
+
+
+def test_layer_lr_decay_gives_each_layer_a_share_of_the_rate_of_the_one_above():
+    model = BertForSequenceClassification(ModelConfig(vocab_size=40, max_len=16, d_model=16, heads=2, n_layer=3,
+                                                      d_ff=32))
+    settings = optimizer_settings(model, Config(layer_lr_decay=0.5, weight_decay=0.01))
+    assert settings["encoder.embeddings.token.weight"] == {"lr_scale": 0.125, "weight_decay": 0.01}
+    assert settings["encoder.embeddings.norm.bias"] == {"lr_scale": 0.125, "weight_decay": 0.0}
+    assert settings["encoder.layers.0.attention.qkv.weight"]["lr_scale"] == 0.25
+    assert settings["encoder.layers.1.feed_forward.up.bias"] == {"lr_scale": 0.5, "weight_decay": 0.0}
+    assert settings["encoder.layers.2.feed_forward.down.weight"]["lr_scale"] == 1.0
+    assert settings["pooler.weight"]["lr_scale"] == settings["classifier.bias"]["lr_scale"] == 1.0
+
+
+def test_without_layer_lr_decay_every_parameter_has_the_rate():
+    model = BertForSequenceClassification(ModelConfig(vocab_size=40, max_len=16, d_model=16, heads=2, n_layer=3,
+                                                      d_ff=32))
+    settings = optimizer_settings(model, Config())
+    assert {setting["lr_scale"] for setting in settings.values()} == {1.0}
+    assert {name for name, setting in settings.items() if setting["weight_decay"] == 0} == {
+        name for name, param in model.named_parameters() if param.dim() < 2}
 
 
 # ----------------------------------------------------------------------------- learning
@@ -254,6 +284,23 @@ def test_dont_load_optimizer_resumes_the_run_with_fresh_moments(mlm_workdir, mon
     assert load(Path("runs/run0/checkpoints/checkpoint.pt"))["step"] == 5
     log = Path("runs/run0/logs/log.txt").read_text(encoding="utf-8")
     assert "resuming runs/run0/checkpoints/checkpoint.pt at step 3" in log and "optimizer starts afresh" in log
+
+
+def test_layer_lr_decay_sets_the_rates_and_a_resumed_run_keeps_it(mlm_workdir, capsys, skip_flops_measurement):
+    run_to(2, "--val-interval", "2", "--layer-lr-decay", "0.5")
+    saved = load(Path("runs/run0/checkpoints/checkpoint.pt"))
+    rates = sorted({group["lr"] for group in saved["optimizer"]["param_groups"]})
+    layers = saved["config"]["n-layer"]
+    assert rates == pytest.approx([rates[-1] * 0.5 ** above for above in range(layers, -1, -1)])
+    before = {path: path.read_bytes() for path in Path("runs/run0").rglob("*") if path.is_file()}
+    with pytest.raises(SystemExit) as exit_info:
+        run_to(4, "--cp", "runs/run0/checkpoints/checkpoint.pt", "--layer-lr-decay", "0.8")
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("error: runs/run0/checkpoints/checkpoint.pt: the run has layer-lr-decay = 0.5"), error
+    assert {path: path.read_bytes() for path in Path("runs/run0").rglob("*") if path.is_file()} == before
+    run_to(4, "--cp", "runs/run0/checkpoints/checkpoint.pt", "--layer-lr-decay", "0.8", "--dont-load-optimizer")
+    assert load(Path("runs/run0/checkpoints/checkpoint.pt"))["step"] == 4
 
 
 def test_second_run_gets_its_own_directory(mlm_workdir, skip_flops_measurement):
