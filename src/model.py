@@ -188,11 +188,14 @@ def attention_with_dropout(q, k, v, attention_mask, dropout: float, causal: bool
     if attention_mask is not None:
         scores = scores.masked_fill(~attention_mask, float("-inf"))
     if causal:
-        length = q.shape[2]
-        later = torch.ones(length, length, dtype=torch.bool, device=q.device).triu(1)
-        scores = scores.masked_fill(later, float("-inf"))
+        scores = scores.masked_fill(~earlier_or_same(q.shape[2], q.device), float("-inf"))
     weights = dropped(torch.softmax(scores.float(), dim=-1), dropout)
     return weights.to(q.dtype) @ v
+
+
+def earlier_or_same(length: int, device) -> torch.Tensor:
+    """The causal mask [length, length]: True where a query may see the key (itself and earlier)."""
+    return torch.ones(length, length, dtype=torch.bool, device=device).tril()
 
 
 def dropped(x, p: float):
@@ -271,8 +274,7 @@ class Encoder(nn.Module):
             return None  # causal alone is SDPA's is_causal
         mask = real[:, None, None, :]  # broadcast over heads and queries
         if self.causal:
-            length = real.shape[1]
-            mask = mask & torch.ones(length, length, dtype=torch.bool, device=real.device).tril()
+            mask = mask & earlier_or_same(real.shape[1], real.device)
         return mask
 
 

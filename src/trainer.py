@@ -108,19 +108,22 @@ def check_same_measure(path: Path, saved_settings: dict, task: Task, config: Con
     best.pt would mix two experiments."""
     current = config.to_dict()
     for key in task.measuring_keys:
-        if key in saved_settings and saved_settings[key] != current[key]:
-            raise UserError(f"{path}: the run has {key} = {ini_text(saved_settings[key])}, the config "
-                            f"{ini_text(current[key])}; a resumed run keeps it (to start a new run from "
-                            f"these weights, add --switch-training)")
+        if key in saved_settings:
+            check_kept(path, key, saved_settings[key], current[key],
+                       "to start a new run from these weights, add --switch-training")
 
 
 def check_same_optimizer_groups(path: Path, saved_settings: dict, config: Config):
     """Adam's moments are saved per parameter group, and layer-lr-decay decides the groups."""
-    saved = saved_settings.get("layer-lr-decay", 1.0)
-    if saved != config.layer_lr_decay:
-        raise UserError(f"{path}: the run has layer-lr-decay = {ini_text(saved)}, the config "
-                        f"{ini_text(config.layer_lr_decay)}; resuming keeps it (or add --dont-load-optimizer "
-                        f"to resume with fresh optimizer moments)")
+    check_kept(path, "layer-lr-decay", saved_settings.get("layer-lr-decay", 1.0), config.layer_lr_decay,
+               "or add --dont-load-optimizer to resume with fresh optimizer moments")
+
+
+def check_kept(path: Path, key: str, saved, current, remedy: str):
+    """One line, exit 2, when a resumed run's config changes a setting the run must keep."""
+    if saved != current:
+        raise UserError(f"{path}: the run has {key} = {ini_text(saved)}, the config {ini_text(current)}; "
+                        f"a resumed run keeps it ({remedy})")
 
 
 class Trainer:
