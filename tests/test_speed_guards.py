@@ -122,28 +122,29 @@ def reference_attention_with_dropout(q, k, v, mask, dropout: float, seed: int):
     return (weights * kept / (1 - dropout)) @ v.float()
 
 
+def attend_with_dropout_after_seed(q, k, v, mask, causal: bool, seed: int = 5):
+    """attend with dropout 0.25 under bf16 autocast, the global generator seeded first."""
+    torch.manual_seed(seed)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return attend(q, k, v, mask, 0.25, causal)
+
+
 def test_cpu_attention_with_dropout_under_bf16_autocast_drops_weights_and_matches_float32():
     generator = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 2, 16, 8, generator=generator).bfloat16() for _ in range(3))
     mask = torch.ones(2, 1, 1, 16, dtype=torch.bool)
     mask[1, ..., 12:] = False
-    torch.manual_seed(5)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        y = attend(q, k, v, mask, 0.25, False)
+    y = attend_with_dropout_after_seed(q, k, v, mask, False)
     expected = reference_attention_with_dropout(q, k, v, mask, 0.25, seed=5)
     assert y.dtype == torch.bfloat16
     torch.testing.assert_close(y.float(), expected, rtol=0.05, atol=0.05)
     without_dropout = reference_attention_with_dropout(q, k, v, mask, 0.0, seed=5)
     assert (y.float() - without_dropout).abs().max() > 0.1  # the dropout was applied
-    torch.manual_seed(5)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        y_masked_values_changed = attend(q, k, v.index_fill(2, torch.arange(12, 16), 9.0), mask, 0.25, False)
+    y_masked_values_changed = attend_with_dropout_after_seed(q, k, v.index_fill(2, torch.arange(12, 16), 9.0),
+                                                             mask, False)
     torch.testing.assert_close(y_masked_values_changed[1], y[1], rtol=0, atol=0)  # padded keys get no weight
-    outputs = []
-    for values in (v, v.index_fill(2, torch.arange(8, 16), 9.0)):
-        torch.manual_seed(5)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            outputs.append(attend(q, k, values, None, 0.25, True))
+    outputs = [attend_with_dropout_after_seed(q, k, values, None, True)
+               for values in (v, v.index_fill(2, torch.arange(8, 16), 9.0))]
     torch.testing.assert_close(outputs[1][:, :, :8], outputs[0][:, :, :8], rtol=0, atol=0)  # causal: no later keys
     assert not torch.equal(outputs[1][:, :, 8:], outputs[0][:, :, 8:])
 

@@ -97,10 +97,13 @@ def optimizer_settings(model, config: Config) -> dict[str, dict]:
             for name, param in model.named_parameters()}
 
 
+def three_layer_classifier() -> BertForSequenceClassification:
+    return BertForSequenceClassification(ModelConfig(vocab_size=40, max_len=16, d_model=16, heads=2, n_layer=3,
+                                                     d_ff=32))
+
+
 def test_layer_lr_decay_gives_each_layer_a_share_of_the_rate_of_the_one_above():
-    model = BertForSequenceClassification(ModelConfig(vocab_size=40, max_len=16, d_model=16, heads=2, n_layer=3,
-                                                      d_ff=32))
-    settings = optimizer_settings(model, Config(layer_lr_decay=0.5, weight_decay=0.01))
+    settings = optimizer_settings(three_layer_classifier(), Config(layer_lr_decay=0.5, weight_decay=0.01))
     assert settings["encoder.embeddings.token.weight"] == {"lr_scale": 0.125, "weight_decay": 0.01}
     assert settings["encoder.embeddings.norm.bias"] == {"lr_scale": 0.125, "weight_decay": 0.0}
     assert settings["encoder.layers.0.attention.qkv.weight"]["lr_scale"] == 0.25
@@ -110,8 +113,7 @@ def test_layer_lr_decay_gives_each_layer_a_share_of_the_rate_of_the_one_above():
 
 
 def test_without_layer_lr_decay_every_parameter_has_the_rate():
-    model = BertForSequenceClassification(ModelConfig(vocab_size=40, max_len=16, d_model=16, heads=2, n_layer=3,
-                                                      d_ff=32))
+    model = three_layer_classifier()
     settings = optimizer_settings(model, Config())
     assert {setting["lr_scale"] for setting in settings.values()} == {1.0}
     assert {name for name, setting in settings.items() if setting["weight_decay"] == 0} == {
