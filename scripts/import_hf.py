@@ -85,13 +85,13 @@ def convert(directory: Path, output: Path) -> dict:
     missing, unexpected = model.load_state_dict(weights, strict=False)  # checks every shape
     if any(name.startswith("encoder.") for name in missing) or unexpected:
         raise UserError(f"{directory}: weights do not fit a BERT: missing {missing[:3]}, unexpected {unexpected[:3]}")
-    settings = Config().replace(task_type="mlm" if task == "encoder" else task, seq_len=architecture.max_len,
-                                d_model=architecture.d_model, heads=architecture.heads,
-                                n_layer=architecture.n_layer, d_ff=architecture.d_ff,
-                                num_labels=architecture.num_labels, dropout=architecture.dropout,
-                                norm=architecture.norm, position=architecture.position,
-                                feed_forward=architecture.feed_forward,
-                                sentence_objective="nsp" if architecture.sentence_classes else "none")
+    settings = Config(task_type="mlm" if task == "encoder" else task, seq_len=architecture.max_len,
+                      d_model=architecture.d_model, heads=architecture.heads,
+                      n_layer=architecture.n_layer, d_ff=architecture.d_ff,
+                      num_labels=architecture.num_labels, dropout=architecture.dropout,
+                      norm=architecture.norm, position=architecture.position,
+                      feed_forward=architecture.feed_forward,
+                      sentence_objective="nsp" if architecture.sentence_classes else "none")
     checkpoints.save(output, checkpoints.make_state(task=task, weights=weights, model_config=architecture, vocab=vocab,
                                                     config=settings.to_dict(), imported_from=str(directory)))
     return {"task": task, "unused": unused, "fresh": [name for name in missing if not name.startswith("encoder.")]}

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from atomic import atomic_write
-from config import CLASSIFICATION_TASKS, Config
+from config import CLASSIFICATION_TASKS, FIELD_TYPES, Config
 from errors import UserError
 from model import ModelConfig
 from vocab import Vocab
@@ -72,6 +72,13 @@ def load(path: Path, mmap: bool = False) -> dict:
     if missing:
         raise UserError(f"{path}: a damaged checkpoint, without {', '.join(missing)}")
     return state
+
+
+def saved_settings(checkpoint: dict) -> dict:
+    """The run's config as Config field names -> values (a checkpoint stores it by INI key, as
+    config.ini has it); keys this program no longer has are left out."""
+    return {key.replace("-", "_"): value for key, value in checkpoint["config"].items()
+            if key.replace("-", "_") in FIELD_TYPES}
 
 
 # The config keys of the architecture; each is also the ModelConfig field that stores it.

@@ -179,7 +179,7 @@ class ClassificationTask:
     is the most accurate, or for CoLA the best Matthews correlation (GLUE's metric for it)."""
     lower_is_better = False
     predictions_per_token = 0.0  # no MLM head
-    measuring_keys = ("seq-len", "dataset-percentage", "val-dataset-percentage")  # sentences are cut to seq-len
+    measuring_keys = ("seq_len", "dataset_percentage", "val_dataset_percentage")  # sentences are cut to seq-len
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         self.name = config.task_type

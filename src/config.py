@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 from errors import UserError
+from legacy import IGNORED_KEYS, KEY_ALIASES, VALUE_ALIASES
 
 
 class Rule(NamedTuple):
@@ -52,73 +53,12 @@ def one_of(*choices: str) -> Rule:
 # The tasks; main.py maps each name to its task class.
 CLASSIFICATION_TASKS = ("sst2", "cola", "classify")
 TASK_TYPES = ("mlm", "clm", "electra", *CLASSIFICATION_TASKS)
-# Other names for keys and values, as the project this one replaces spelled them.
-KEY_ALIASES = {"n_layers": "n_layer", "t": "task_type"}
-VALUE_ALIASES = {"task_type": {"gpt": "clm"}}
 # The model variants; model.py checks ModelConfig against the same tuples.
 NORMS = ("postln", "preln", "rmsnorm")
 POSITIONS = ("learned", "rope", "sinusoidal")
 FEED_FORWARDS = ("gelu", "geglu")
 POOLINGS = ("cls", "mean")
 SENTENCE_OBJECTIVES = ("none", "nsp", "sop")  # also what a shard's sentence pairs are labelled for
-
-# One table for every per-field check; fields not listed accept any value of their type.
-RULES = {
-    "task_type": one_of(*TASK_TYPES),
-    "seq_len": within(8, 2048),
-    "batch_size": at_least(1),
-    "grad_accum_steps": at_least(1),
-    "val_interval": at_least(1),
-    "val_iters": at_least(1),
-    "log_interval": at_least(1),
-    "d_model": at_least(1),
-    "heads": at_least(1),
-    "n_layer": at_least(1),
-    "d_ff": at_least(0),
-    "dropout": within(0, 1, "[)"),
-    "norm": one_of(*NORMS),
-    "position": one_of(*POSITIONS),
-    "feed_forward": one_of(*FEED_FORWARDS),
-    "sentence_objective": one_of(*SENTENCE_OBJECTIVES),
-    "pooling": one_of(*POOLINGS),
-    "dtype": one_of("auto", "bfloat16", "float16", "float32"),
-    "device": Rule(lambda value: re.fullmatch(r"auto|cpu|cuda(:\d+)?", value) is not None,
-                   "auto, cpu, cuda or cuda:N"),
-    "learning_rate": above(0),
-    "min_learning_rate": at_least(0),
-    "warmup_iters": at_least(0),
-    "lr_decay_iters": at_least(0),
-    "max_iters": at_least(1),
-    "test_iters": at_least(0),
-    "resume_warmup_iters": at_least(0),
-    "dataset_percentage": within(0, 1, "(]"),
-    "val_dataset_percentage": within(0, 1, "(]"),
-    "lr_scheduler": Rule(lambda value: scheduler_problem(value) is None,
-                         "cosine, none or steplr:STEP:GAMMA (STEP a positive integer, GAMMA in (0, 1])"),
-    "run_id": Rule(lambda value: value == "" or re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value) is not None,
-                   "a directory name: letters, digits, '.', '_' or '-', no path separator"),
-    "dist_backend": one_of("auto", "nccl", "gloo"),
-    "peak_tflops": at_least(0),
-    "weight_decay": at_least(0),
-    "layer_lr_decay": within(0, 1, "(]"),
-    "beta1": within(0, 1, "[)"),
-    "beta2": within(0, 1, "[)"),
-    "grad_clip": at_least(0),
-    "mask_rate": within(0, 1, "()"),
-    "masking": one_of("dynamic", "static"),
-    "mask_replace_mask": within(0, 1),
-    "mask_replace_random": within(0, 1),
-    "seed": at_least(0),  # numpy seeds must be non-negative
-    "base_dir": Rule(bool, "a non-empty path"),
-    "num_labels": at_least(2),
-    "dist_master_port": within(1, 65535),
-    "max_checkpoints": at_least(1),
-    "generator_width": within(0, 1, "(]"),
-    "detection_weight": above(0),
-    "time_budget": Rule(lambda value: duration_seconds(value) is not None,
-                        "a duration such as 90s, 30m or 2h (0: no budget)"),
-}
-
 
 def attention_shape_problem(d_model: int, heads: int, position: str) -> str | None:
     """What is wrong with an attention shape, in INI keys, or None; model.py checks ModelConfig with it too."""
@@ -175,94 +115,118 @@ CROSS_FIELD_RULES = (
 )
 
 
+def key(default, meaning: str, rule: Rule | None = None, *, group: str | None = None):
+    """A config key: its default, what it means (one line for --help), its rule, and, on the first
+    key of a group, the group's title as config.ini.example heads it."""
+    return field(default=default, metadata={"meaning": meaning, "rule": rule, "group": group})
+
+
 @dataclass(frozen=True)
 class Config:
-    """Every setting of a run. INI keys are the field names with '-' for '_'."""
-    task_type: str = "mlm"  # mlm/clm/electra: pre-training; sst2/classify: single-sentence classification
-    seq_len: int = 128
-    batch_size: int = 32  # per process
-    # Classification: training batches of similar-length sentences (less padding); MLM samples
-    # are all padded to seq-len, so MLM ignores it.
-    length_grouping: bool = True
-    grad_accum_steps: int = 1
-    val_interval: int = 100
-    val_iters: int = 20  # batches per validation
-    log_interval: int = 10
-    d_model: int = 256
-    heads: int = 4
-    n_layer: int = 4
-    d_ff: int = 0  # 0: as many parameters as 4 * d_model with gelu, see feed_forward_size
-    dropout: float = 0.1
+    """Every setting of a run, grouped as config.ini.example groups them. INI keys are the field
+    names with '-' for '_'; config.ini.example says more about each."""
+    task_type: str = key("mlm", "mlm, clm, electra: pre-training; sst2, cola, classify: fine-tuning",
+                         one_of(*TASK_TYPES), group="Task")
+    sentence_objective: str = key("none", "mlm only: none, nsp (next sentence) or sop (sentence order)",
+                                  one_of(*SENTENCE_OBJECTIVES))
+    num_labels: int = key(2, "classes for sst2, cola, classify", at_least(2))
+    pooling: str = key("cls", "what the classifier reads: cls ([CLS]'s state) or mean (of the real tokens)",
+                       one_of(*POOLINGS))
+    generator_width: float = key(0.25, "electra: the generator's share of the heads", within(0, 1, "(]"))
+    detection_weight: float = key(50.0, "electra: loss = generator MLM + this x replaced-token detection",
+                                  above(0))
+
+    base_dir: str = key(".", "holds vocab/, datasets/ and runs/", Rule(bool, "a non-empty path"), group="Files")
+    vocab: str = key("", "vocab.txt or its directory; empty: base-dir/vocab")
+    datasets_dir: str = key("", "shards and fine-tuning files, under base-dir unless absolute; empty: "
+                                "base-dir/datasets")
+    dataset_pattern: str = key("train_*.msgpack", "training shards in the datasets directory")
+    val_dataset_pattern: str = key("val_*.msgpack", "validation shards")
+    test_dataset_pattern: str = key("test_*.msgpack", "test shards")
+    dataset_percentage: float = key(1.0, "a seeded, fixed share of the training samples", within(0, 1, "(]"))
+    val_dataset_percentage: float = key(1.0, "the same for validation", within(0, 1, "(]"))
+    run_id: str = key("", "the run directory's name under base-dir/runs; empty: the next free runN",
+                      Rule(lambda value: value == "" or re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value) is not None,
+                           "a directory name: letters, digits, '.', '_' or '-', no path separator"))
+
+    seq_len: int = key(128, "tokens per sequence, [CLS] and [SEP] included", within(8, 2048),
+                       group="Batches and evaluation")
+    batch_size: int = key(32, "sequences per micro-batch, per process", at_least(1))
+    # MLM samples fill seq-len, so only fine-tuning batches gain from grouping by length.
+    length_grouping: bool = key(True, "fine-tuning: training batches of sentences of similar length")
+    grad_accum_steps: int = key(1, "micro-batches summed into one optimizer step", at_least(1))
+    val_interval: int = key(100, "validate every this many optimizer steps", at_least(1))
+    val_iters: int = key(20, "batches per validation", at_least(1))
+    test_iters: int = key(0, "batches scored by --test; 0: the whole test split", at_least(0))
+    log_interval: int = key(10, "print the training loss every this many steps", at_least(1))
+    mask_rate: float = key(0.15, "share of the tokens picked for prediction", within(0, 1, "()"))
+    masking: str = key("dynamic", "dynamic: a fresh mask every batch; static: the masks stored in the shards",
+                       one_of("dynamic", "static"))
+    whole_word_masking: bool = key(False, "pick whole words: a piece and the ## pieces after it")
+    mask_replace_mask: float = key(0.8, "share of the picked tokens shown as [MASK]", within(0, 1))
+    mask_replace_random: float = key(0.1, "share shown as a random token; the rest stay unchanged", within(0, 1))
+
+    d_model: int = key(256, "hidden size", at_least(1), group="Model")
+    heads: int = key(4, "attention heads", at_least(1))
+    n_layer: int = key(4, "encoder layers", at_least(1))
+    d_ff: int = key(0, "feed-forward width; 0: the parameters of 4 x d-model with gelu", at_least(0))
+    dropout: float = key(0.1, "dropout probability", within(0, 1, "[)"))
     # Not BERT's post-LN with learned positions: on a small budget those stay on the unigram
-    # plateau (README: where the recipe differs from BERT's paper). --norm postln --position learned is BERT.
-    norm: str = "preln"  # postln (BERT), preln (LayerNorm before each sublayer), rmsnorm (preln, RMSNorm)
-    position: str = "rope"  # learned absolute positions (BERT), sinusoidal, or rope (rotary, in attention)
-    feed_forward: str = "gelu"  # gelu (BERT), or geglu (gated GELU)
-    sentence_objective: str = "none"  # with task-type mlm: nsp (next sentence) or sop (sentence order)
-    # task-type electra: the generator has this share of the heads (at least one, each as wide, the
-    # same depth), and the loss is generator MLM + detection-weight x replaced-token detection.
-    generator_width: float = 0.25
-    detection_weight: float = 50.0
-    async_to_device: bool = True
-    fused_adamw: bool = True
-    compile: bool = False
-    dtype: str = "auto"
-    device: str = "auto"
-    learning_rate: float = 1e-3  # pre-LN trains stably at rates BERT's post-LN does not (BERT: 1e-4)
-    min_learning_rate: float = 1e-4
-    warmup_iters: int = 300
-    lr_decay_iters: int = 10_000
-    max_iters: int = 10_000  # with a time budget: a cap on the steps, the budget decides the schedule
-    # After warmup: cosine decay to min-learning-rate at lr-decay-iters; none: constant;
-    # steplr:STEP:GAMMA: times GAMMA every STEP steps.
-    lr_scheduler: str = "cosine"
-    resume_warmup_iters: int = 0  # after a resume, ramp the rate back up over this many steps; 0: no ramp
-    test_iters: int = 0  # batches scored by --test; 0: the whole test split
-    # Training time for the whole run ("30m"); the learning rate decays with the share spent and the
-    # run ends when it is. Validation is not charged. 0: no budget, max-iters and lr-decay-iters rule.
-    time_budget: str = "0"
-    weight_decay: float = 0.01
-    # Each encoder layer learns at this share of the rate of the one above it, the embeddings at
-    # the lowest; heads at the full rate. 1: one rate for all (ELECTRA fine-tunes with 0.8).
-    layer_lr_decay: float = 1.0
-    beta1: float = 0.9
-    beta2: float = 0.999
-    grad_clip: float = 1.0  # 0 disables clipping
-    mask_rate: float = 0.15
-    masking: str = "dynamic"  # dynamic: a fresh mask per batch; static: the masks stored in the shards
-    whole_word_masking: bool = False  # pick whole words: a piece and the `##` pieces after it
-    mask_replace_mask: float = 0.8  # share of the picked tokens shown as [MASK]
-    mask_replace_random: float = 0.1  # shown as a random token; the rest stay unchanged
-    seed: int = 1337
-    # A legacy key: `case = dickens` selected MLM pre-training in the project this one replaces.
-    # Accepted so old files load, otherwise ignored: task_type decides what runs.
-    case: str = ""
-    base_dir: str = "."
-    vocab: str = ""  # vocab.txt or its directory; "" means base_dir/vocab
-    datasets_dir: str = ""  # the shards' and classification files' directory; "": base_dir/datasets
-    dataset_pattern: str = "train_*.msgpack"
-    val_dataset_pattern: str = "val_*.msgpack"
-    test_dataset_pattern: str = "test_*.msgpack"
-    # A seeded, fixed share of the training (validation) samples, for quick runs on a small machine.
-    dataset_percentage: float = 1.0
-    val_dataset_percentage: float = 1.0
-    run_id: str = ""  # the run directory's name under runs/; "": the next free runN
-    num_labels: int = 2
-    pooling: str = "cls"  # sst2/classify: what the classifier reads, cls (BERT) or mean (of the real tokens)
-    dist_master_addr: str = "127.0.0.1"
-    dist_master_port: int = 12233
-    dist_backend: str = "auto"  # auto: nccl on CUDA, gloo on CPU
-    max_checkpoints: int = 1
-    wandb: bool = False
-    # Accepted for old files: attention always runs PyTorch's fused kernels (scaled_dot_product_attention).
-    flash: bool = True
-    peak_tflops: float = 0.0  # the matmul peak MFU is measured against; 0: published (CUDA) or measured
-    # Not a key: the config files read, in order, and the keys they or the command line set.
+    # plateau (etc/results.md). --norm postln --position learned is BERT.
+    norm: str = key("preln", "postln (BERT), preln, or rmsnorm (preln with RMSNorm)", one_of(*NORMS))
+    position: str = key("rope", "learned (BERT), sinusoidal, or rope (rotary, in attention)", one_of(*POSITIONS))
+    feed_forward: str = key("gelu", "gelu (BERT) or geglu (gated GELU)", one_of(*FEED_FORWARDS))
+
+    learning_rate: float = key(1e-3, "peak rate, reached after warmup-iters", above(0),
+                               group="Optimizer and learning-rate schedule")
+    min_learning_rate: float = key(1e-4, "the rate at the end of the decay", at_least(0))
+    warmup_iters: int = key(300, "linear warm-up steps", at_least(0))
+    lr_scheduler: str = key("cosine", "after warmup: cosine, none (constant) or steplr:STEP:GAMMA",
+                            Rule(lambda value: scheduler_problem(value) is None,
+                                 "cosine, none or steplr:STEP:GAMMA (STEP a positive integer, GAMMA in (0, 1])"))
+    lr_decay_iters: int = key(10_000, "the step where the cosine reaches min-learning-rate", at_least(0))
+    resume_warmup_iters: int = key(0, "after a resume, ramp the rate back up over this many steps", at_least(0))
+    max_iters: int = key(10_000, "optimizer steps in the whole run (with a time budget: a cap)", at_least(1))
+    time_budget: str = key("0", "training time for the whole run (90s, 30m, 2h); 0: none",
+                           Rule(lambda value: duration_seconds(value) is not None,
+                                "a duration such as 90s, 30m or 2h (0: no budget)"))
+    weight_decay: float = key(0.01, "AdamW weight decay, on 2-D weights only", at_least(0))
+    layer_lr_decay: float = key(1.0, "each encoder layer's share of the rate of the one above; 1: one rate",
+                                within(0, 1, "(]"))
+    beta1: float = key(0.9, "AdamW beta1", within(0, 1, "[)"))
+    beta2: float = key(0.999, "AdamW beta2", within(0, 1, "[)"))
+    grad_clip: float = key(1.0, "clip the gradient norm to this; 0: no clipping", at_least(0))
+    seed: int = key(1337, "for weights, masking and data order", at_least(0))  # numpy seeds are non-negative
+
+    device: str = key("auto", "auto, cpu, cuda or cuda:N",
+                      Rule(lambda value: re.fullmatch(r"auto|cpu|cuda(:\d+)?", value) is not None,
+                           "auto, cpu, cuda or cuda:N"), group="Speed")
+    dtype: str = key("auto", "auto, bfloat16, float16 or float32", one_of("auto", "bfloat16", "float16", "float32"))
+    compile: bool = key(False, "torch.compile: slow first steps, faster after")
+    fused_adamw: bool = key(True, "the fused AdamW kernel")
+    async_to_device: bool = key(True, "pinned host memory and non-blocking copies to the GPU")
+    peak_tflops: float = key(0.0, "the matmul peak MFU is measured against; 0: published (CUDA) or measured",
+                             at_least(0))
+
+    dist_master_addr: str = key("127.0.0.1", "rendezvous address of the processes of one run",
+                                group="Several GPUs (torchrun / DDP) and bookkeeping")
+    dist_master_port: int = key(12233, "rendezvous port", within(1, 65535))
+    dist_backend: str = key("auto", "auto (nccl on CUDA, gloo on CPU), nccl or gloo", one_of("auto", "nccl", "gloo"))
+    max_checkpoints: int = key(1, "newest checkpoints kept in the run directory", at_least(1))
+    wandb: bool = key(False, "also log to Weights & Biases")
+    # Not keys: the config files read, in order, and where each key they or the command line set
+    # came from ('file:line' or '--key'), for messages.
     sources: tuple[str, ...] = field(default=(), compare=False, metadata={"ini": False})
-    given: frozenset[str] = field(default=frozenset(), compare=False, metadata={"ini": False})
+    origins: dict[str, str] = field(default_factory=dict, compare=False, metadata={"ini": False})
 
     def __post_init__(self):
-        validate(vars(self), {}, "config")
+        """The one check of every key and between keys, also for a copy made by dataclasses.replace."""
+        validate(vars(self), self.origins, self.sources[-1] if self.sources else "config")
+
+    @property
+    def given(self) -> frozenset[str]:
+        """The keys the config files or the command line set."""
+        return frozenset(self.origins)
 
     @property
     def vocab_path(self) -> Path:
@@ -270,7 +234,8 @@ class Config:
 
     @property
     def datasets_path(self) -> Path:
-        return Path(self.datasets_dir) if self.datasets_dir else Path(self.base_dir) / "datasets"
+        """datasets-dir under base-dir (an absolute path stays as it is), as the original project has it."""
+        return Path(self.base_dir) / (self.datasets_dir or "datasets")
 
     @property
     def runs_dir(self) -> Path:
@@ -296,23 +261,9 @@ class Config:
         return 4 * self.d_model
 
     def to_dict(self) -> dict[str, Any]:
-        """INI key -> plain value; safe for torch.save and torch.load(weights_only=True)."""
+        """INI key -> plain value, the form a person reads (config.ini, checkpoints); safe for
+        torch.load(weights_only=True)."""
         return {INI_KEYS[name]: getattr(self, name) for name in FIELD_TYPES}
-
-    @classmethod
-    def from_dict(cls, settings: dict[str, Any], source: str = "saved config") -> "Config":
-        """Rebuild from to_dict() output (or strings); missing keys take their defaults."""
-        values = dict(DEFAULTS)
-        for key, value in settings.items():
-            name = known_name(key, source)
-            values[name] = typed_value(name, value, source)
-        validate(values, {}, source)
-        return cls(**values)
-
-    def replace(self, **changes) -> "Config":
-        """A validated copy with some fields changed (field names with '_')."""
-        changes = {INI_KEYS.get(name, name): value for name, value in changes.items()}
-        return Config.from_dict(self.to_dict() | changes, source="Config.replace")
 
     def describe(self) -> list[str]:
         """'key = value' lines in INI syntax, for the log."""
@@ -321,7 +272,36 @@ class Config:
 
 FIELD_TYPES = {field.name: field.type for field in fields(Config) if field.metadata.get("ini", True)}
 DEFAULTS = {name: field.default for field in fields(Config) if (name := field.name) in FIELD_TYPES}
+RULES = {field.name: field.metadata["rule"] for field in fields(Config) if field.metadata.get("rule")}
 INI_KEYS = {name: name.replace("_", "-") for name in FIELD_TYPES}
+TYPE_NAMES = {int: "INT", float: "NUMBER", str: "TEXT", bool: "BOOL"}
+
+
+def key_groups() -> list[tuple[str, list]]:
+    """(title, the fields under it), in config.ini.example's order."""
+    groups = []
+    for each in fields(Config):
+        if each.name not in FIELD_TYPES:
+            continue
+        if each.metadata["group"]:
+            groups.append((each.metadata["group"], []))
+        groups[-1][1].append(each)
+    return groups
+
+
+def key_reference() -> str:
+    """Every key with its type, default and meaning, by group: the body of `main.py --help`."""
+    lines = []
+    for title, members in key_groups():
+        lines.append(f"{title}:")
+        for each in members:
+            option = f"--{INI_KEYS[each.name]} {TYPE_NAMES[each.type]}"
+            default = ini_text(each.default) if each.default != "" else "(empty)"
+            lines.append(f"  {option:<32} {each.metadata['meaning']} (default {default})")
+        lines.append("")
+    return "\n".join(lines)
+
+
 TYPE_NOUNS = {int: "an integer", float: "a number", str: "a string",
               bool: "a boolean (true/false, yes/no, on/off, 1/0)"}
 BOOLEANS = {"true": True, "yes": True, "on": True, "1": True,
@@ -332,7 +312,7 @@ def known_name(key: str, origin: str | None) -> str:
     """Field name for an INI key or option (case-insensitive, '_' = '-'), or a UserError."""
     name = key.strip().lower().replace("-", "_")
     name = KEY_ALIASES.get(name, name)
-    if name in FIELD_TYPES:
+    if name in FIELD_TYPES or name in IGNORED_KEYS:
         return name
     ini_key = name.replace("_", "-")
     close = difflib.get_close_matches(ini_key, INI_KEYS.values(), n=1)

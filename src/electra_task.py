@@ -1,35 +1,55 @@
-"""Replaced-token detection, ELECTRA's pre-training (trainer.Task): the MLM task's shards and
-masks; a generator fills the masks, the encoder learns to tell every replaced token."""
+"""Replaced-token detection, ELECTRA's pre-training (trainer.Task): the MLM shards and masks; a
+generator fills the masks, the encoder learns to tell every replaced token."""
 import torch
 import torch.nn.functional as F
 
-from masking import IGNORE_INDEX
-from mlm_task import MaskedLMTask
+from lm_data import DATA_KEYS, LanguageModelData
+from masking import IGNORE_INDEX, MaskingRule
+from mlm_task import MASKING_KEYS, Masker, first_sample, masked_share
 from model import ElectraForPreTraining, model_config, token_hits, token_loss
 
 
-class ElectraTask(MaskedLMTask):
+class ElectraTask:
     """The loss is the generator's MLM loss plus detection-weight times the detector's binary
     cross-entropy over every real token. Validation reports both, the generator's masked-token
     accuracy and the detection accuracy."""
     name = "electra"
+    best_metric = "loss"
+    lower_is_better = True
+    measuring_keys = (*DATA_KEYS, *MASKING_KEYS)
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
-        super().__init__(config, vocab, device, rank, world_size)
+        self.config = config
+        self.vocab = vocab
+        self.device = device
+        rule = MaskingRule.from_config(config)
+        self.masker = Masker(rule, vocab, device)
+        self.data = LanguageModelData(config, vocab, rank, world_size,
+                                      static_rule=rule if config.masking == "static" else None)
         self.evaluation_sampling = torch.Generator(device=device)
+        self.predictions_per_token = masked_share(config)  # the generator's head scores the masked positions
 
     def build_model(self, max_len: int | None = None) -> ElectraForPreTraining:
         return ElectraForPreTraining(model_config(self.config, self.vocab, max_len))
 
+    def check_data(self, splits: tuple[str, ...]):
+        self.data.check(splits)
+
+    def submission(self, model, split: str, autocast) -> None:
+        return None  # every split has its labels: the replaced tokens
+
+    def train_batches(self, position: dict | None):
+        return self.data.train_batches(position)
+
     def eval_batches(self, split: str, count: int | None):
         """Fixed batches with the same masks and the same generator samples at every evaluation."""
         self.evaluation_sampling.manual_seed(self.config.seed + 1)
-        yield from super().eval_batches(split, count)
+        yield from self.masker.eval_batches(self.data, split, count, self.config.seed, self.device)
 
     def loss(self, model, batch: dict, generator: torch.Generator | None = None):
         """Mean loss, and [masked tokens, generator hits, real tokens, detector hits, generator loss
         sum, detection loss sum, replaced tokens]; no host sync."""
-        batch = self.masked(batch, generator)
+        batch = self.masker.masked(batch, generator)
         labels = batch["labels"]
         generator_logits, detector_logits, corrupted = model(
             batch["input_ids"], batch["positions"], labels, batch["original_ids"],
@@ -57,8 +77,7 @@ class ElectraTask(MaskedLMTask):
     @torch.no_grad()
     def show_predictions(self, model, autocast) -> str:
         """The first validation sample as the discriminator saw it: /replaced/ tokens, and *flagged* ones."""
-        batch = {name: value[:1] if value is not None else None
-                 for name, value in next(self.eval_batches("val", 1)).items()}
+        batch = first_sample(self.eval_batches("val", 1))
         model.eval()
         with autocast:
             _, detector_logits, corrupted = model(batch["input_ids"], batch["positions"], batch["labels"],
@@ -69,5 +88,5 @@ class ElectraTask(MaskedLMTask):
         flagged = (detector_logits[0] > 0).tolist()
         replaced_at = {position: token for position, token in enumerate(corrupted) if token != original[position]}
         flagged_at = {position: token for position, token in enumerate(corrupted) if flagged[position]}
-        return (f"replaced:  {self.render(corrupted, replaced_at)}\n"
-                f"flagged:   {self.render(corrupted, flagged_at)}")
+        return (f"replaced:  {self.vocab.render(corrupted, replaced_at)}\n"
+                f"flagged:   {self.vocab.render(corrupted, flagged_at)}")

@@ -1,22 +1,23 @@
 """Reading a run's settings: INI files, then `--key value` overrides, into a validated Config.
 
 The INI dialect: `key = value` or `key: value`, a key alone on a line for true, `#` comments,
-`45_000`; the config files of the BERT project this program replaces load unchanged, and so does
-its habit of a ./local_config.ini beside ./config.ini that overrides it.
+`45_000`; the original project's config files load unchanged (legacy.py has its other names and the
+keys it had that mean nothing now), and so does its ./local_config.ini beside ./config.ini that overrides it.
 """
 import re
 from pathlib import Path
 from typing import Any
 
-from config import DEFAULTS, FIELD_TYPES, INI_KEYS, Config, known_name, typed_value, validate
+from config import FIELD_TYPES, INI_KEYS, Config, known_name, typed_value
 from errors import UserError
+from legacy import IGNORED_KEYS
 
 LOCAL_CONFIG = Path("local_config.ini")  # read after ./config.ini, overriding it
 
 
 def load_config(path: Path | None, overrides: list[str]) -> Config:
     """Read the INI file (./config.ini, then ./local_config.ini if there, when path is None),
-    apply overrides, validate the result."""
+    apply overrides; the Config validates the result."""
     paths = config_files(path)
     values, origins = {}, {}
     for file in paths:  # a later file overrides an earlier one
@@ -26,8 +27,7 @@ def load_config(path: Path | None, overrides: list[str]) -> Config:
     override_values, override_origins = parse_overrides(overrides)
     values |= override_values
     origins |= override_origins
-    validate(DEFAULTS | values, origins, str(paths[-1]))
-    return Config(**(DEFAULTS | values), sources=tuple(map(str, paths)), given=frozenset(values))
+    return Config(**values, sources=tuple(map(str, paths)), origins=origins)
 
 
 def config_files(path: Path | None) -> list[Path]:
@@ -59,6 +59,8 @@ def read_ini(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
         origin = f"{path}:{number}"
         key, text = split_key_value(line, origin)
         name = known_name(key, origin)
+        if name in IGNORED_KEYS:
+            continue
         if text is None:  # a key alone on a line: a flag set to true
             if FIELD_TYPES[name] is not bool:
                 raise UserError(f"{origin}: key '{INI_KEYS[name]}' has no value (only true/false keys may stand alone)")
@@ -102,15 +104,17 @@ def parse_overrides(args: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
             raise UserError(f"{arg!r}: expected an option like --key value")
         key, has_value, text = arg.lstrip("-").partition("=")
         name = known_name(key, origin=None)
-        option = "--" + INI_KEYS[name]
+        option = "--" + name.replace("_", "-")
         if not has_value:
             if position < len(args) and not args[position].startswith("--"):
                 text = args[position]
                 position += 1
-            elif FIELD_TYPES[name] is bool:
+            elif FIELD_TYPES.get(name, bool) is bool:  # an ignored legacy key may stand alone too
                 text = "true"
             else:
                 raise UserError(f"{option}: missing value")
+        if name in IGNORED_KEYS:
+            continue
         if name in values:  # as in a file: the same key twice is a mistake, not an override
             raise UserError(f"{option}: given twice on the command line")
         values[name], origins[name] = typed_value(name, text, option), option

@@ -18,24 +18,26 @@ import torch
 import checkpoint as checkpoints
 import distributed
 from classification_task import ClassificationTask
-from config import Config
-from ini import load_config
+from clm_task import CausalLMTask
+from config import CLASSIFICATION_TASKS, Config, key_reference
 from electra_task import ElectraTask
 from errors import UserError, exit_on_user_error
 from hardware import select_device
-from mlm_task import CausalLMTask, MaskedLMTask
+from ini import load_config
+from mlm_task import MaskedLMTask
 from stop_request import StopRequest
 from trainer import Trainer
 from vocab import load_vocab
 
-# config.TASK_TYPES names them; the trainer knows a task only through trainer.Task.
-TASKS = {"mlm": MaskedLMTask, "clm": CausalLMTask, "electra": ElectraTask, "sst2": ClassificationTask,
-         "cola": ClassificationTask, "classify": ClassificationTask}
+# Each task-type (config.TASK_TYPES) to its class; the trainer knows a task only through trainer.Task.
+TASKS = {task.name: task for task in (MaskedLMTask, CausalLMTask, ElectraTask)} | dict.fromkeys(
+    CLASSIFICATION_TASKS, ClassificationTask)
 
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="Other options are config keys: --KEY VALUE overrides config.ini.")
+                                     epilog="Every config key is an option too: --KEY VALUE overrides config.ini "
+                                            "(config.ini.example says more about each).\n\n" + key_reference())
     parser.add_argument("--config", type=Path, help="config file (default: ./config.ini)")
     parser.add_argument("--cp", type=Path, help="checkpoint to resume from or to fine-tune")
     parser.add_argument("--test", action="store_true", help="evaluate --cp on the test split and exit")

@@ -5,19 +5,29 @@ Used twice with the same code: by the trainer on each batch (dynamic masking, a 
 every epoch) and by the shard preparers (static masking, stored in the shard).
 """
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
+
+from config import DEFAULTS
 
 IGNORE_INDEX = -100
 
 
 @dataclass(frozen=True)
 class MaskingRule:
-    mask_rate: float = 0.15
-    replace_with_mask: float = 0.8  # of the picked tokens; the rest split between
-    replace_with_random: float = 0.1  # a random token and the token itself
-    whole_word: bool = False  # pick whole words (a piece and the `##` pieces after it)
+    """How tokens are picked and replaced, named as the config keys (and a static shard's header
+    fields) that set them; config.py has what each means and its default."""
+    mask_rate: float = DEFAULTS["mask_rate"]
+    whole_word_masking: bool = DEFAULTS["whole_word_masking"]
+    mask_replace_mask: float = DEFAULTS["mask_replace_mask"]
+    mask_replace_random: float = DEFAULTS["mask_replace_random"]
+
+    @classmethod
+    def from_config(cls, settings) -> "MaskingRule":
+        """From a Config, or anything else with the same attributes (the preparers' options)."""
+        return cls(**{field.name: getattr(settings, field.name) for field in fields(cls)})
+
 
 
 def predictions_per_sequence(seq_len: int, mask_rate: float) -> int:
@@ -32,7 +42,7 @@ def mask_tokens(ids: torch.Tensor, special_ids: torch.Tensor, mask_id: int, voca
 
     Each row gets round(mask_rate * maskable tokens) picked positions (at least one when it
     has any), as Google's BERT picks a fixed share per sequence rather than a coin per token;
-    with rule.whole_word, whole words up to that count (see pick_whole_words), which needs
+    with rule.whole_word_masking, whole words up to that count (see pick_whole_words), which needs
     is_continuation, a [vocab_size] bool tensor that is True for `##` pieces. Special tokens
     ([PAD], [CLS], [SEP], ...) are never picked. Each picked piece is then replaced on its own
     draw: [MASK], a random token or itself (80/10/10 by default), as Google's BERT does for
@@ -46,7 +56,7 @@ def mask_tokens(ids: torch.Tensor, special_ids: torch.Tensor, mask_id: int, voca
     maskable = ~torch.isin(ids, special_ids.to(ids.device))
     picks_per_row = torch.round(maskable.sum(1) * rule.mask_rate).long()
     picks_per_row = torch.where(maskable.any(1), picks_per_row.clamp(1, slots), 0)
-    if rule.whole_word:
+    if rule.whole_word_masking:
         if is_continuation is None:
             raise ValueError("whole-word masking needs the vocabulary's is_continuation table")
         picked = pick_whole_words(ids, maskable, is_continuation, picks_per_row, generator)
@@ -118,9 +128,9 @@ def replace_picked(ids: torch.Tensor, positions: torch.Tensor, used: torch.Tenso
     labels = torch.where(used, original, IGNORE_INDEX)
     kind = torch.rand(batch, slots, generator=generator, device=device)
     random_ids = torch.randint(0, vocab_size, (batch, slots), generator=generator, device=device)
-    replacement = torch.where(kind < rule.replace_with_mask, mask_id, original)
-    replacement = torch.where((kind >= rule.replace_with_mask)
-                              & (kind < rule.replace_with_mask + rule.replace_with_random),
+    replacement = torch.where(kind < rule.mask_replace_mask, mask_id, original)
+    replacement = torch.where((kind >= rule.mask_replace_mask)
+                              & (kind < rule.mask_replace_mask + rule.mask_replace_random),
                               random_ids, replacement)
     # Unused slots write into a scratch column, so no two slots ever write one position.
     scratch = torch.cat([ids, ids[:, :1]], dim=1)

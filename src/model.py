@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import cpu_kernels
 from config import FEED_FORWARDS, NORMS, POOLINGS, POSITIONS, Config, attention_shape_problem
 from errors import UserError
 from masking import IGNORE_INDEX
@@ -86,12 +87,9 @@ def make_norm(config: ModelConfig) -> nn.Module:
 
 def sinusoidal_positions(length: int, width: int) -> torch.Tensor:
     """The fixed table of "Attention Is All You Need": feature 2i of position p is
-    sin(p / 10000^(2i/width)), feature 2i+1 its cosine: the paper's exponent (the project this
-    one replaces had it off by two, so its tables differ). Scaled by INIT_STD, the spread the
-    token embeddings start with: at amplitude 1 the table outweighs them 35 to 1, the embeddings'
-    norm then sees positions only, and pre-training sits on the unigram plateau while the encoder
-    maps every token to nearly one vector, which fine-tuning cannot undo (README, the recipe
-    screen). The original project's embeddings started at std 1, comparable to its unit table."""
+    sin(p / 10000^(2i/width)), feature 2i+1 its cosine. Scaled by INIT_STD, the spread the token
+    embeddings start with: at amplitude 1 the table outweighs them and the embeddings' norm sees
+    positions only, so pre-training stays on the unigram plateau (etc/results.md)."""
     position = torch.arange(length, dtype=torch.float32)[:, None]
     frequencies = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(10000.0) / width))
     table = torch.zeros(length, width)
@@ -110,7 +108,7 @@ class Embeddings(nn.Module):
         self.register_buffer("fixed_positions", fixed, persistent=False)  # computed, never saved
         self.segment = nn.Embedding(config.segments, config.d_model)
         self.norm = make_norm(config)
-        self.dropout = Dropout(config.dropout)
+        self.dropout = cpu_kernels.Dropout(config.dropout)
 
     def forward(self, input_ids, segment_ids=None):
         x = self.token(input_ids)
@@ -166,51 +164,17 @@ class SelfAttention(nn.Module):
 
 
 def attend(q, k, v, attention_mask, dropout: float, causal: bool):
-    """PyTorch's fused attention. On the CPU under bf16 autocast two other paths are faster:
-    without dropout, the fused kernel in float32 (its bf16 kernels take twice as long: 15.5
-    against 8.1 ms forward and backward for 32 x 2 heads x 128 x 64; README, where the step's
-    time goes); with dropout, which the CPU's fused kernel lacks, attention_with_dropout."""
+    """PyTorch's fused attention; on the CPU under bf16 autocast, the faster paths of cpu_kernels.py."""
     if q.device.type != "cpu" or q.dtype == torch.float32:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, dropout_p=dropout, is_causal=causal)
-    if dropout > 0:
-        return attention_with_dropout(q, k, v, attention_mask, dropout, causal)
-    with torch.autocast("cpu", enabled=False):
-        y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=attention_mask,
-                                           is_causal=causal)
-    return y.to(q.dtype)
-
-
-def attention_with_dropout(q, k, v, attention_mask, dropout: float, causal: bool):
-    """Attention spelled out, for the CPU in bf16 with dropout, where SDPA falls back to an unfused
-    float32 path: matmuls in bf16, the softmax in float32 (as Megatron-LM's unfused attention),
-    dropout by `dropped`: 84 against 122 ms forward and backward for 32 x 12 heads x 128 x 64."""
-    scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
-    if attention_mask is not None:
-        scores = scores.masked_fill(~attention_mask, float("-inf"))
-    if causal:
-        scores = scores.masked_fill(~earlier_or_same(q.shape[2], q.device), float("-inf"))
-    weights = dropped(torch.softmax(scores.float(), dim=-1), dropout)
-    return weights.to(q.dtype) @ v
+    if causal and dropout > 0:  # the CPU's attention with dropout takes causality as a mask
+        attention_mask, causal = earlier_or_same(q.shape[2], q.device), False
+    return cpu_kernels.attention(q, k, v, attention_mask, dropout, causal)
 
 
 def earlier_or_same(length: int, device) -> torch.Tensor:
     """The causal mask [length, length]: True where a query may see the key (itself and earlier)."""
     return torch.ones(length, length, dtype=torch.bool, device=device).tril()
-
-
-def dropped(x, p: float):
-    """Dropout with the mask drawn by torch.rand, which the CPU draws twice as fast as the
-    bernoulli_ of F.dropout (9.6 against 18.3 ms for 32 x 128 x 768)."""
-    return torch.where(torch.rand(x.shape, device=x.device) >= p, x * (1 / (1 - p)), 0.0)
-
-
-class Dropout(nn.Dropout):
-    """nn.Dropout, drawing its mask with `dropped` on the CPU."""
-
-    def forward(self, x):
-        if self.training and self.p > 0 and x.device.type == "cpu":
-            return dropped(x, self.p)
-        return super().forward(x)
 
 
 class FeedForward(nn.Module):
@@ -238,7 +202,7 @@ class EncoderLayer(nn.Module):
         self.attention_norm = make_norm(config)
         self.feed_forward = FeedForward(config)
         self.feed_forward_norm = make_norm(config)
-        self.dropout = Dropout(config.dropout)
+        self.dropout = cpu_kernels.Dropout(config.dropout)
 
     def forward(self, x, attention_mask=None, rotary=None):
         if self.pre_norm:
@@ -336,7 +300,7 @@ def token_loss(logits, labels):
 
 def token_hits(logits, labels) -> torch.Tensor:
     """How many labelled tokens (IGNORE_INDEX elsewhere) get their label's logit as the largest,
-    a tie included. Not argmax: over a vocabulary in bfloat16 on the CPU it costs 17x amax."""
+    a tie included. Not argmax, which is many times slower than amax in bfloat16 on the CPU."""
     scored = labels != IGNORE_INDEX
     label_logits = logits.gather(-1, labels.clamp_min(0).unsqueeze(-1)).squeeze(-1)
     return ((label_logits >= logits.amax(-1)) & scored).sum()
@@ -444,7 +408,7 @@ class BertForSequenceClassification(nn.Module):
         self.config = config
         self.encoder = Encoder(config)
         self.pooler = nn.Linear(config.d_model, config.d_model)
-        self.dropout = Dropout(config.dropout)
+        self.dropout = cpu_kernels.Dropout(config.dropout)
         self.classifier = nn.Linear(config.d_model, config.num_labels)
         self.apply(init_weights)
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from config import DEFAULTS, RULES, validate
 from errors import UserError
-from shards import MASKING_FIELDS, MaskedSample, ShardWriter
+from shards import MaskedSample, ShardWriter
 
 if TYPE_CHECKING:
     from masking import MaskingRule
@@ -183,14 +183,21 @@ def add_shared_arguments(parser: argparse.ArgumentParser) -> None:
                         help="none: the trainer masks every batch afresh (default); static: store masks in the shards")
     parser.add_argument("--copies", type=int, default=1,
                         help="with --masking static: number of differently masked train shards (default 1)")
-    parser.add_argument("--mask-rate", type=float,
-                        help="with --masking static: share of the tokens picked for prediction (default 0.15)")
-    parser.add_argument("--whole-word-masking", action="store_true",
-                        help="with --masking static: pick whole words, a piece and the ## pieces after it")
-    parser.add_argument("--mask-replace-mask", type=float,
-                        help="with --masking static: share of the picked tokens shown as [MASK] (default 0.8)")
-    parser.add_argument("--mask-replace-random", type=float,
-                        help="with --masking static: share shown as a random token, the rest unchanged (default 0.1)")
+    for name, (kind, meaning) in STATIC_MASKING_FLAGS.items():
+        flag = "--" + name.replace("_", "-")
+        if kind is bool:
+            parser.add_argument(flag, action="store_const", const=True, help=f"with --masking static: {meaning}")
+        else:
+            parser.add_argument(flag, type=kind, help=f"with --masking static: {meaning}")
+
+
+# The static-masking flags: masking.MaskingRule's fields, which are the config keys that set them.
+STATIC_MASKING_FLAGS = {
+    "mask_rate": (float, "share of the tokens picked for prediction (default 0.15)"),
+    "whole_word_masking": (bool, "pick whole words, a piece and the ## pieces after it"),
+    "mask_replace_mask": (float, "share of the picked tokens shown as [MASK] (default 0.8)"),
+    "mask_replace_random": (float, "share shown as a random token, the rest unchanged (default 0.1)"),
+}
 
 
 def check_shared_arguments(args) -> None:
@@ -208,11 +215,8 @@ def check_shared_arguments(args) -> None:
 
 
 def masking_flags(args) -> dict:
-    """The static-masking flags given, by the config keys they set (the header's MASKING_FIELDS)."""
-    given = {field: getattr(args, field) for field in MASKING_FIELDS}
-    if not given["whole_word_masking"]:  # a bare flag: False when not given
-        given["whole_word_masking"] = None
-    return {field: value for field, value in given.items() if value is not None}
+    """The static-masking flags given, by the config keys they set."""
+    return {name: getattr(args, name) for name in STATIC_MASKING_FLAGS if getattr(args, name) is not None}
 
 
 def check_masking_arguments(args) -> None:
@@ -231,9 +235,7 @@ def masking_rule(args) -> MaskingRule | None:
     if args.masking != "static":
         return None
     from masking import MaskingRule
-    values = DEFAULTS | masking_flags(args)
-    return MaskingRule(mask_rate=values["mask_rate"], replace_with_mask=values["mask_replace_mask"],
-                       replace_with_random=values["mask_replace_random"], whole_word=values["whole_word_masking"])
+    return MaskingRule(**masking_flags(args))
 
 
 def prepare_output_dir(out_dir: Path) -> None:

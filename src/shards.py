@@ -1,25 +1,21 @@
-"""The MLM shard format (a header, then blocks of samples): its writer, and a reader for it and for legacy
-shards, the msgpack layout of the BERT project this program replaces (id lists alternating with label lists).
-"""
+"""The MLM shard format (a header, then blocks of samples): its writer and its reader, which reads the
+original project's shards too (legacy.py)."""
 import glob
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+import legacy
 from config import SENTENCE_OBJECTIVES
 from errors import UserError
 from packed_files import DTYPES, HeaderFirstFile, ShardError, corrupt, dtype_name, guarded, open_stream, unpacker
 
 SHARD_FORMAT = "bert-mlm-shard"
-LEGACY_FORMAT = "legacy"
 FORMAT_VERSION = 1
 SAMPLES_PER_BLOCK = 4096
-# Header fields saying how a static shard was masked (None when unknown or unmasked), named as the
-# config keys (and the preparers' flags) that set them.
-MASKING_FIELDS = ("mask_rate", "whole_word_masking", "mask_replace_mask", "mask_replace_random")
 
 
 class MaskedSample(NamedTuple):
@@ -55,9 +51,8 @@ class ShardWriter:
         self.header_fields = {
             "seq_len": seq_len, "vocab_size": vocab.size, "vocab_checksum": vocab.checksum,
             "split": split, "seed": seed, "copy": copy, "source_files": [str(file) for file in source_files],
-            "dtype": dtype_name(self.dtype), "created_by": created_by,
-            **dict(zip(MASKING_FIELDS, (rule.mask_rate, rule.whole_word, rule.replace_with_mask,
-                                        rule.replace_with_random) if rule else (None,) * len(MASKING_FIELDS)))}
+            "dtype": dtype_name(self.dtype), "created_by": created_by}
+        self.masking_fields = asdict(rule) if rule else {}  # how a static shard was masked
         self.samples = self.tokens = self.blocks = 0
         self.pending: list = []
         self.pending_pair_labels: list[int] = []
@@ -111,7 +106,7 @@ class ShardWriter:
         return {"format": SHARD_FORMAT, "version": FORMAT_VERSION, "seq_len": fields["seq_len"],
                 "vocab_size": fields["vocab_size"], "vocab_checksum": fields["vocab_checksum"],
                 "samples": self.samples, "tokens": self.tokens, "masking": self.masking,
-                **{field: fields[field] for field in MASKING_FIELDS},
+                **self.masking_fields,
                 "split": fields["split"], "seed": fields["seed"], "copy": fields["copy"],
                 "source_files": fields["source_files"], "dtype": fields["dtype"], "created_by": fields["created_by"],
                 "pairs": self.pairs}
@@ -194,12 +189,8 @@ def _is_map_start(byte: bytes) -> bool:
     return bool(byte) and (0x80 <= byte[0] <= 0x8F or byte[0] in (0xDE, 0xDF))
 
 
-def _is_array_start(byte: bytes) -> bool:
-    return bool(byte) and (0x90 <= byte[0] <= 0x9F or byte[0] in (0xDC, 0xDD))
-
-
 def read_shard(path, expect: dict | None = None) -> Shard:
-    """Load a shard (ours or a legacy one), checking it against `expect`.
+    """Load a shard (ours or the original project's), checking it against `expect`.
 
     expect may hold seq_len, vocab_size and vocab_checksum; a mismatch raises ShardError naming
     the field and both values. Truncated or corrupt files raise ShardError too.
@@ -208,7 +199,7 @@ def read_shard(path, expect: dict | None = None) -> Shard:
     first = _first_byte(path)
     if _is_map_start(first):
         shard = guarded(path, _read_blocks, path)
-    elif _is_array_start(first):
+    elif legacy.starts_like_a_shard(first):
         shard = guarded(path, _read_legacy, path)
     else:
         raise corrupt(path, "not a shard: it starts with neither a header nor a sample list")
@@ -217,8 +208,8 @@ def read_shard(path, expect: dict | None = None) -> Shard:
 
 
 def _max_id(shard: Shard) -> int:
-    """Largest id, only computed for legacy shards (ours carry a vocabulary checksum)."""
-    if shard.header["format"] != LEGACY_FORMAT or not len(shard.tokens):
+    """Largest id, only computed for the original project's shards (ours carry a vocabulary checksum)."""
+    if shard.header["format"] != legacy.SHARD_FORMAT or not len(shard.tokens):
         return -1
     labels_max = int(shard.mask_labels.max()) if len(shard.mask_labels) else -1
     return max(int(shard.tokens.max()), labels_max)
@@ -230,17 +221,17 @@ CHECKED_FIELDS = {"seq_len": "seq-len", "vocab_size": "vocabulary size", "vocab_
 
 def check_header(path, header: dict, expect: dict, max_id: int = -1) -> None:
     """Raise ShardError when the header disagrees with what the config expects."""
-    legacy = header["format"] == LEGACY_FORMAT
+    original = header["format"] == legacy.SHARD_FORMAT  # no vocabulary checksum; seq_len is the longest sample
     for field, name in CHECKED_FIELDS.items():
         if expect.get(field) is None or header.get(field) is None:
             continue
-        if legacy and field == "seq_len":
+        if original and field == "seq_len":
             if header[field] > expect[field]:
                 raise ShardError(f"{path}: longest sample has {header[field]} tokens in the shard "
                                  f"but seq-len = {expect[field]} in the config")
         elif header[field] != expect[field]:
             raise ShardError(f"{path}: {name} {header[field]} in the shard but {expect[field]} in the config")
-    if legacy and expect.get("vocab_size") is not None and max_id >= expect["vocab_size"]:
+    if original and expect.get("vocab_size") is not None and max_id >= expect["vocab_size"]:
         raise ShardError(f"{path}: token id {max_id} in the shard but the vocabulary has {expect['vocab_size']} "
                          f"tokens")
 
@@ -348,49 +339,18 @@ def _static_shard(path, header, tokens, offsets, counts, positions, labels) -> S
 
 
 def _read_legacy(path: Path) -> Shard:
-    """A legacy shard: one msgpack array alternating id lists and label lists (label 0 where not
-    masked, else the original id); read one sample at a time."""
-    with open_stream(path) as stream:
-        objects = unpacker(stream)
-        items = objects.read_array_header()
-        if items % 2:
-            raise corrupt(path, f"odd number of lists ({items}): expected id and label lists in pairs")
-        inputs, labels = [], []
-        chunks: list[tuple] = []
-        for _ in range(items // 2):
-            inputs.append(objects.unpack())
-            labels.append(objects.unpack())
-            if len(inputs) == SAMPLES_PER_BLOCK:
-                chunks.append(_legacy_chunk(inputs, labels))
-                inputs, labels = [], []
-        if inputs:
-            chunks.append(_legacy_chunk(inputs, labels))
-    lengths = _concatenate([chunk[0] for chunk in chunks], np.int64)
-    tokens = _concatenate([chunk[1] for chunk in chunks], np.int64)
-    label_ids = _concatenate([chunk[2] for chunk in chunks], np.int64)
-    if (tokens < 0).any() or (label_ids < 0).any():
-        raise corrupt(path, "negative token id")
-    dtype = np.uint16 if max(tokens.max(initial=0), label_ids.max(initial=0)) < 65536 else np.int32
-    masked = label_ids != 0
+    header, lengths, tokens, masked, labels = legacy.read_shard_arrays(path)
     offsets = _offsets(lengths)
-    sample_of_token = np.repeat(np.arange(len(lengths)), lengths)
-    header = {"format": LEGACY_FORMAT, "version": 0, "seq_len": int(lengths.max(initial=0)), "vocab_size": None,
-              "vocab_checksum": None, "samples": len(lengths), "tokens": len(tokens), "masking": "static",
-              "mask_rate": None, "split": None, "seed": None, "copy": None, "source_files": [],
-              "dtype": dtype_name(dtype), "created_by": "legacy shard"}
-    return Shard(path, header, tokens.astype(dtype), offsets,
-                 mask_offsets=_offsets(np.bincount(sample_of_token[masked], minlength=len(lengths))),
-                 mask_positions=(np.flatnonzero(masked) - offsets[sample_of_token[masked]]).astype(np.uint16),
-                 mask_labels=label_ids[masked].astype(dtype))
+    sample_of_mask = np.repeat(np.arange(len(lengths)), lengths)[masked]
+    return Shard(path, header, tokens, offsets,
+                 mask_offsets=_offsets(np.bincount(sample_of_mask, minlength=len(lengths))),
+                 mask_positions=(masked - offsets[sample_of_mask]).astype(np.uint16), mask_labels=labels)
 
 
-def _legacy_chunk(inputs: list, labels: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    lengths = np.array([len(ids) for ids in inputs], dtype=np.int64)
-    if any(len(ids) != len(label) for ids, label in zip(inputs, labels)):
-        raise ValueError("an id list and its label list differ in length")
-    flat_inputs = np.fromiter((i for ids in inputs for i in ids), dtype=np.int64, count=int(lengths.sum()))
-    flat_labels = np.fromiter((i for label in labels for i in label), dtype=np.int64, count=int(lengths.sum()))
-    return lengths, flat_inputs, flat_labels
+def read_articles(files: legacy.ArticleFiles, seq_len: int, vocab_size: int) -> Shard:
+    """The original project's GPT article arrays as a shard of unmasked samples."""
+    header, tokens, offsets = legacy.read_articles(files, seq_len, vocab_size)
+    return Shard(files.path, header, tokens, offsets)
 
 
 def find_shards(directory, pattern: str) -> list[Path]:

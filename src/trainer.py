@@ -24,7 +24,7 @@ import checkpoint as checkpoints
 import distributed
 import hardware
 from atomic import atomic_write, remove_stale_temps
-from config import Config, ini_text
+from config import INI_KEYS, Config, ini_text
 from errors import UserError
 from model import count_parameters, flops_per_token
 from optimizer import learning_rate, make_optimizer
@@ -42,7 +42,7 @@ class Task(Protocol):
     best_metric: str  # the validation metric that picks best.pt
     lower_is_better: bool
     predictions_per_token: float  # share of the input tokens the output head scores, for MFU
-    measuring_keys: tuple[str, ...]  # config keys that decide what the scores mean: a resumed run keeps them
+    measuring_keys: tuple[str, ...]  # Config fields that decide what the scores mean: a resumed run keeps them
 
     def build_model(self, max_len: int | None = None) -> nn.Module:
         """The task's model; max_len (the position table) from a checkpoint, else seq-len."""
@@ -106,24 +106,23 @@ def resumes(checkpoint: dict, task: Task, config: Config) -> bool:
 def check_same_measure(path: Path, saved_settings: dict, task: Task, config: Config):
     """A resumed run keeps the settings that decide what its scores mean, or its curves and
     best.pt would mix two experiments."""
-    current = config.to_dict()
-    for key in task.measuring_keys:
-        if key in saved_settings:
-            check_kept(path, key, saved_settings[key], current[key],
+    for name in task.measuring_keys:
+        if name in saved_settings:
+            check_kept(path, name, saved_settings[name], getattr(config, name),
                        "to start a new run from these weights, add --switch-training")
 
 
 def check_same_optimizer_groups(path: Path, saved_settings: dict, config: Config):
     """Adam's moments are saved per parameter group, and layer-lr-decay decides the groups."""
-    check_kept(path, "layer-lr-decay", saved_settings.get("layer-lr-decay", 1.0), config.layer_lr_decay,
+    check_kept(path, "layer_lr_decay", saved_settings.get("layer_lr_decay", 1.0), config.layer_lr_decay,
                "or add --dont-load-optimizer to resume with fresh optimizer moments")
 
 
-def check_kept(path: Path, key: str, saved, current, remedy: str):
+def check_kept(path: Path, name: str, saved, current, remedy: str):
     """One line, exit 2, when a resumed run's config changes a setting the run must keep."""
     if saved != current:
-        raise UserError(f"{path}: the run has {key} = {ini_text(saved)}, the config {ini_text(current)}; "
-                        f"a resumed run keeps it ({remedy})")
+        raise UserError(f"{path}: the run has {INI_KEYS[name]} = {ini_text(saved)}, the config "
+                        f"{ini_text(current)}; a resumed run keeps it ({remedy})")
 
 
 class Trainer:
@@ -184,9 +183,10 @@ class Trainer:
     def resume_run(self, saved: dict, path: Path, load_optimizer: bool = True) -> Run:
         """The run `saved` comes from, continued exactly: weights, optimizer, data position, random
         states. It goes on in its run directory (a copied checkpoint: in a new one)."""
-        check_same_measure(path, saved["config"], self.task, self.config)
+        settings = checkpoints.saved_settings(saved)
+        check_same_measure(path, settings, self.task, self.config)
         if load_optimizer:
-            check_same_optimizer_groups(path, saved["config"], self.config)
+            check_same_optimizer_groups(path, settings, self.config)
         model = self.restored_model(saved, path)
         self.task.check_data(("val",))
         run_dir = checkpoints.run_dir_of(path) or self.new_run_dir()

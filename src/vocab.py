@@ -89,6 +89,28 @@ class Vocab:
     def decode_tokens(self, ids) -> list[str]:
         return [self.tokens[int(i)] for i in ids]
 
+    def render(self, ids: list[int], shown: dict[int, int]) -> str:
+        """A sample as text: word pieces joined, `|` between the sentences of a pair, and at each
+        position in `shown` that token /between slashes/ (a prediction, a replacement)."""
+        words = []
+        for position, token_id in enumerate(ids):
+            if token_id == self.pad_id:
+                break
+            if token_id == self.sep_id and ids[position + 1:position + 2] not in ([], [self.pad_id]):
+                words.append("|")
+                continue
+            if token_id in (self.cls_id, self.sep_id):
+                continue
+            if position in shown:
+                words.append(f"/{self.tokens[shown[position]]}/")
+                continue
+            token = self.tokens[token_id]
+            if token.startswith("##") and words:
+                words[-1] += token[2:]
+            else:
+                words.append(token)
+        return " ".join(words)
+
 
 def vocab_file(path) -> Path:
     """`-v` takes the directory holding vocab.txt (the original convention) or the file."""

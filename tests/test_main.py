@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+import main
+from config import INI_KEYS, ini_text, key_groups
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # name -> (arguments, what the error line must contain); {checkpoint}, {workdir} are filled in.
@@ -94,7 +97,6 @@ def test_user_error_is_one_line_with_exit_code_2(outcomes, case):
 
 @pytest.mark.parametrize("case", IN_PROCESS_ERRORS)
 def test_user_error_in_process(outcomes, case, monkeypatch, capsys, keep_signal_handlers):
-    import main
     monkeypatch.chdir(outcomes["workdir"])
     args, expected = IN_PROCESS_ERRORS[case]
     capsys.readouterr()
@@ -115,3 +117,15 @@ def test_help_exits_0_and_lists_the_options(outcomes):
     for option in ("--config", "--cp", "--test", "--KEY VALUE"):
         assert option in result.stdout
     assert result.stderr == ""
+
+
+def test_help_lists_every_key_with_its_type_default_and_meaning(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(["--help"])
+    assert exit_info.value.code == 0
+    shown = capsys.readouterr().out
+    for title, members in key_groups():
+        assert f"\n{title}:\n" in shown
+        for each in members:
+            line = next(line for line in shown.splitlines() if line.startswith(f"  --{INI_KEYS[each.name]} "))
+            assert each.metadata["meaning"] in line and f"(default {ini_text(each.default) or '(empty)'})" in line

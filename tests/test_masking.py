@@ -82,7 +82,7 @@ def test_higher_mask_rate():
 def test_adjustable_split_gives_the_configured_shares():
     ids, _ = batch_with_padding()
     for replace_with_mask, replace_with_random in ((0.5, 0.5), (1.0, 0.0), (0.0, 0.0)):
-        rule = MaskingRule(replace_with_mask=replace_with_mask, replace_with_random=replace_with_random)
+        rule = MaskingRule(mask_replace_mask=replace_with_mask, mask_replace_random=replace_with_random)
         inputs, positions, labels = mask_tokens(ids, SPECIAL, MASK_ID, 5000, rule, torch.Generator().manual_seed(5))
         used = labels != IGNORE_INDEX
         new = inputs.gather(1, positions)[used]
@@ -146,7 +146,7 @@ def test_whole_word_masking_picks_whole_words_at_the_mask_rate(review_batch, voc
     ids = review_batch
     special = torch.tensor(vocab.special_ids)
     is_continuation = torch.from_numpy(vocab.is_continuation)
-    rule = MaskingRule(mask_rate=mask_rate, whole_word=True)
+    rule = MaskingRule(mask_rate=mask_rate, whole_word_masking=True)
     inputs, positions, labels = mask_tokens(ids, special, vocab.mask_id, vocab.size, rule,
                                             torch.Generator().manual_seed(6), is_continuation)
     picked = picked_mask(ids, positions, labels)
@@ -171,7 +171,7 @@ def test_whole_word_masking_picks_whole_words_at_the_mask_rate(review_batch, voc
 
 
 def test_whole_word_masking_is_reproducible(review_batch, vocab):
-    rule = MaskingRule(whole_word=True)
+    rule = MaskingRule(whole_word_masking=True)
     special, is_continuation = torch.tensor(vocab.special_ids), torch.from_numpy(vocab.is_continuation)
     first, second = (mask_tokens(review_batch[:32], special, vocab.mask_id, vocab.size, rule,
                                  torch.Generator().manual_seed(8), is_continuation) for _ in range(2))

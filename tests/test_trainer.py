@@ -544,10 +544,10 @@ def test_dynamic_masking_options_train(mlm_workdir, skip_flops_measurement, opti
 def test_mask_rate_0_3_fills_its_slots(mlm_workdir):
     config = main.load_config(None, ["--mask-rate", "0.3"])
     task = MaskedLMTask(config, load_vocab(mlm_workdir / "vocab"), torch.device(TEST_DEVICE))
-    ids = torch.from_numpy(next(task.data("val").fixed_batches(1))["input_ids"].astype(np.int64))
-    labels = task.mask(ids, torch.Generator().manual_seed(0))["labels"]
+    ids = torch.from_numpy(next(task.data.fixed_batches("val", 1))["input_ids"].astype(np.int64))
+    labels = task.masker.mask(ids, torch.Generator().manual_seed(0))["labels"]
     assert labels.shape == (config.batch_size, math.ceil(0.3 * config.seq_len))
-    maskable = ~torch.isin(ids, task.special_ids)
+    maskable = ~torch.isin(ids, task.masker.special_ids)
     assert (labels != -100).sum() / maskable.sum() == pytest.approx(0.3, abs=0.02)
 
 
@@ -563,7 +563,7 @@ def test_dynamic_masking_of_static_shards_starts_from_the_original_ids(mlm_stati
     config = main.load_config(mlm_config(tmp_path, base_dir=mlm_static_base_dir), [])
     task = MaskedLMTask(config, load_vocab(mlm_static_base_dir / "vocab"), torch.device(TEST_DEVICE))
     path = mlm_static_base_dir / "datasets" / "train_imdb_64_123.msgpack.gz"
-    shard = task.data("train").shard_for_epoch(0)
+    shard = task.data.split("train").shard_for_epoch(0)
     assert shard.masking == "none" and np.array_equal(shard.tokens, read_shard(path).unmasked_tokens())
     assert "positions" not in next(task.train_batches(None))[1]  # masked by the trainer, afresh
 

@@ -1,0 +1,67 @@
+"""Causal language modelling (trainer.Task) on the MLM shards (a static shard's original ids, or
+the original project's GPT article arrays): the encoder with a causal mask, each position
+predicting the next token; loss and accuracy over every real next token."""
+import torch
+
+from hardware import to_device
+from lm_data import DATA_KEYS, LanguageModelData
+from masking import IGNORE_INDEX
+from mlm_task import token_statistics
+from model import BertForCausalLM, model_config
+
+
+class CausalLMTask:
+    name = "clm"
+    best_metric = "loss"
+    lower_is_better = True
+    measuring_keys = DATA_KEYS  # nothing is masked: the masking keys cannot change what it measures
+    predictions_per_token = 1.0  # the head scores every position
+
+    def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
+        self.config = config
+        self.vocab = vocab
+        self.device = device
+        self.data = LanguageModelData(config, vocab, rank, world_size)
+
+    def build_model(self, max_len: int | None = None) -> BertForCausalLM:
+        return BertForCausalLM(model_config(self.config, self.vocab, max_len))
+
+    def check_data(self, splits: tuple[str, ...]):
+        self.data.check(splits)
+
+    def submission(self, model, split: str, autocast) -> None:
+        return None  # every split has its labels: the next tokens
+
+    def train_batches(self, position: dict | None):
+        return self.data.train_batches(position)
+
+    def eval_batches(self, split: str, count: int | None):
+        for batch in self.data.fixed_batches(split, count):
+            yield to_device(batch, self.device, non_blocking=False)
+
+    def next_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Labels: the token after each position; IGNORE_INDEX after the last and before padding."""
+        following = torch.cat([input_ids[:, 1:], torch.full_like(input_ids[:, :1], self.vocab.pad_id)], dim=1)
+        return following.masked_fill(following == self.vocab.pad_id, IGNORE_INDEX)
+
+    def loss(self, model, batch: dict, generator: torch.Generator | None = None):
+        labels = self.next_tokens(batch["input_ids"])
+        logits, loss = model(batch["input_ids"], labels, attention_mask=batch["attention_mask"])
+        return loss, token_statistics(logits, labels)
+
+    def metrics(self, loss: float, statistics: torch.Tensor) -> dict:
+        count, hits = statistics.tolist()
+        return {"loss": loss, "accuracy": hits / count}
+
+    @torch.no_grad()
+    def show_predictions(self, model, autocast) -> str:
+        """The first validation sample's opening, and the model's guess for each next token."""
+        batch = next(self.eval_batches("val", 1))
+        ids = batch["input_ids"][:1, :24]
+        model.eval()
+        with autocast:
+            logits, _ = model(ids)
+        model.train()
+        guesses = [self.vocab.cls_id] + logits[0, :-1].argmax(-1).tolist()
+        return (f"next-token guesses: {self.vocab.render(guesses, {})}\n"
+                f"original:           {self.vocab.render(ids[0].tolist(), {})}")

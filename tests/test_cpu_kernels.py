@@ -1,0 +1,65 @@
+"""The CPU paths of attention and dropout (cpu_kernels.py): the same results as PyTorch's own."""
+import pytest
+import torch
+
+from cpu_kernels import Dropout
+from model import attend
+
+
+def test_cpu_dropout_zeroes_its_share_and_scales_the_rest_in_training_only():
+    dropout = Dropout(0.2)
+    x = torch.ones(200, 500, dtype=torch.bfloat16)
+    y = dropout(x)
+    assert y.dtype == torch.bfloat16
+    assert set(y.unique().tolist()) == {0.0, 1.25}
+    assert (y == 0).float().mean().item() == pytest.approx(0.2, abs=0.01)
+    assert y.float().mean().item() == pytest.approx(1.0, abs=0.02)
+    assert torch.equal(dropout.eval()(x), x)
+
+
+def reference_attention_with_dropout(q, k, v, mask, dropout: float, seed: int):
+    """Float32 attention with the dropout mask attention_with_dropout draws after manual_seed(seed)."""
+    scores = (q.float() @ k.float().transpose(-2, -1)) / q.shape[-1] ** 0.5
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    torch.manual_seed(seed)
+    kept = torch.rand(weights.shape) >= dropout
+    return (weights * kept / (1 - dropout)) @ v.float()
+
+
+def attend_with_dropout_after_seed(q, k, v, mask, causal: bool, seed: int = 5):
+    """attend with dropout 0.25 under bf16 autocast, the global generator seeded first."""
+    torch.manual_seed(seed)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return attend(q, k, v, mask, 0.25, causal)
+
+
+def test_cpu_attention_with_dropout_under_bf16_autocast_drops_weights_and_matches_float32():
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 16, 8, generator=generator).bfloat16() for _ in range(3))
+    mask = torch.ones(2, 1, 1, 16, dtype=torch.bool)
+    mask[1, ..., 12:] = False
+    y = attend_with_dropout_after_seed(q, k, v, mask, False)
+    expected = reference_attention_with_dropout(q, k, v, mask, 0.25, seed=5)
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y.float(), expected, rtol=0.05, atol=0.05)
+    without_dropout = reference_attention_with_dropout(q, k, v, mask, 0.0, seed=5)
+    assert (y.float() - without_dropout).abs().max() > 0.1  # the dropout was applied
+    y_masked_values_changed = attend_with_dropout_after_seed(q, k, v.index_fill(2, torch.arange(12, 16), 9.0),
+                                                             mask, False)
+    torch.testing.assert_close(y_masked_values_changed[1], y[1], rtol=0, atol=0)  # padded keys get no weight
+    outputs = [attend_with_dropout_after_seed(q, k, values, None, True)
+               for values in (v, v.index_fill(2, torch.arange(8, 16), 9.0))]
+    torch.testing.assert_close(outputs[1][:, :, :8], outputs[0][:, :, :8], rtol=0, atol=0)  # causal: no later keys
+    assert not torch.equal(outputs[1][:, :, 8:], outputs[0][:, :, 8:])
+
+
+def test_cpu_attention_under_bf16_autocast_runs_in_fp32_and_returns_bf16():
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 16, 8, generator=generator).bfloat16() for _ in range(3))
+    mask = torch.ones(2, 1, 1, 16, dtype=torch.bool)
+    mask[1, ..., 12:] = False
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = attend(q, k, v, mask, 0.0, False)
+    expected = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y, expected.bfloat16(), rtol=0, atol=0)
