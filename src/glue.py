@@ -35,7 +35,7 @@ class GlueTask:
     tsv_text_columns: tuple[str, ...]  # the TSV header's names for the same texts
     tsv_label_column: str | None  # None where no split has labels (ax)
     label_names: tuple[str, ...]  # class i means label_names[i]; empty for STS-B (regression)
-    metrics: tuple[str, ...]  # GLUE's metrics for the task, the first the one best.pt is picked by
+    metrics: tuple[str, ...]  # GLUE's metrics for the task; best.pt goes by their mean (task_score)
     headline_metric: str | None  # the one metric the BERT paper's table (and Cramming's) shows
     tsv_files: dict[str, str]  # split -> file in tsv_folder
     dev_results: dict[str, str]  # dev split -> name of its result ("mnli_matched")
@@ -86,6 +86,8 @@ MNLI_SPLITS = {"train": "train.tsv", "validation_matched": "dev_matched.tsv",
                "test_mismatched": "test_mismatched.tsv"}
 PAIR = ("sentence1", "sentence2")
 
+# name, TSV folder, parquet text columns, TSV text columns, TSV label column, label names, metrics,
+# headline metric, whether the server wants label names; then what differs from the usual
 TASKS = {task.name: task for task in (
     _task("cola", "CoLA", ("sentence",), ("sentence",), "label", ("unacceptable", "acceptable"),
           ("matthews",), "matthews", False, submission_file="CoLA.tsv",
@@ -166,12 +168,13 @@ def find_split_files(directory: Path, task: GlueTask, split: str) -> list[Path]:
     split = task_split(task, split)
     directory = Path(directory)
     tsv_name = task.tsv_files[split]
-    for parquet_folder, tsv_folder in ((directory / task.name, directory / task.tsv_folder), (directory, directory)):
-        shards = parquet_shards(parquet_folder, split) if parquet_folder.is_dir() else []
+    for folder in (directory / task.name, directory):
+        shards = parquet_shards(folder, split) if folder.is_dir() else []
         if shards:
             return shards
-        if (tsv_folder / tsv_name).is_file():
-            return [tsv_folder / tsv_name]
+    for folder in (directory / task.tsv_folder, directory):
+        if (folder / tsv_name).is_file():
+            return [folder / tsv_name]
     raise UserError(f"{directory}: no {task.name} {split} split: expected {task.name}/{split}-00000-of-00001.parquet "
                     f"(Hugging Face) or {task.tsv_folder}/{tsv_name} (GLUE TSV)")
 
