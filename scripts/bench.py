@@ -248,7 +248,7 @@ def compare_finetuning(size: str, epoch: list[dict], vocab, steps: int, rounds: 
     """Sentences/s of fine-tuning over the first rounds x steps training batches of the epoch, each
     round the next `steps` of them for every arm in turn, all arms on the same sentences."""
     def on_device(batch):
-        return {key: torch.as_tensor(value).to(device) for key, value in batch.items()}
+        return {key: torch.as_tensor(value).to(device) for key, value in batch.items() if value is not None}
 
     measured = epoch[:rounds * steps]
     batches = {arm: [on_device(batch) for batch in arm_batches]

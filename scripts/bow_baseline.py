@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from classification_task import HIDDEN_LABEL, find_split_file, read_sentences  # noqa: E402
+import glue_tasks  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 
 WORD = re.compile(r"[a-z0-9']+|[^\sa-z0-9']")
@@ -79,9 +79,9 @@ def accuracy(model: BagOfWords, bag, labels: torch.Tensor) -> float:
     return (model(bag).argmax(-1) == labels).float().mean().item()
 
 
-def load_split(datasets: Path, split: str):
-    sentences = read_sentences(find_split_file(datasets, split))
-    return sentences.texts, torch.tensor(sentences.labels)
+def load_split(datasets: Path, split: str) -> glue_tasks.Examples:
+    """An SST-2 split as fine-tuning finds it: parquet, or GLUE TSV in datasets/SST-2."""
+    return glue_tasks.read_split(datasets, "sst2", split)
 
 
 def parse_args(argv=None):
@@ -93,18 +93,17 @@ def parse_args(argv=None):
 @exit_on_user_error
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    train_texts, train_labels = load_split(args.datasets, "train")
-    val_texts, val_labels = load_split(args.datasets, "val")
-    test_texts, test_labels = load_split(args.datasets, "test")
-    index = feature_index(train_texts)
+    train, val, test = (load_split(args.datasets, split) for split in ("train", "val", "test"))
+    if test.labels_hidden:  # before the fitting, not after
+        raise UserError(f"{test.files[0]}: the test labels are hidden; use the parquet layout to score test")
+    train_labels, val_labels, test_labels = (torch.from_numpy(split.labels) for split in (train, val, test))
+    index = feature_index(train.first)
     classes = int(train_labels.max()) + 1
-    train_bag, val_bag, test_bag = (bags(texts, index) for texts in (train_texts, val_texts, test_texts))
+    train_bag, val_bag, test_bag = (bags(split.first, index) for split in (train, val, test))
     candidates = {l2: fit(train_bag, train_labels, len(index), classes, l2) for l2 in (1e-5, 3e-5, 1e-4, 3e-4, 1e-3)}
     l2, model = max(candidates.items(), key=lambda item: accuracy(item[1], val_bag, val_labels))
-    result = {"features": len(index), "l2": l2, "val_accuracy": accuracy(model, val_bag, val_labels)}
-    if (test_labels == HIDDEN_LABEL).all():
-        raise UserError(f"{args.datasets}: the test labels are hidden; use the parquet layout to score test")
-    result["test_accuracy"] = accuracy(model, test_bag, test_labels)
+    result = {"features": len(index), "l2": l2, "val_accuracy": accuracy(model, val_bag, val_labels),
+              "test_accuracy": accuracy(model, test_bag, test_labels)}
     print(f"bag-of-words logistic regression: {result['features']:,} unigram+bigram features, l2 {l2:g}; "
           f"val accuracy {result['val_accuracy']:.1%}, test accuracy {result['test_accuracy']:.1%}")
     return result

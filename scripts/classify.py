@@ -1,7 +1,13 @@
-"""Label sentences with a fine-tuned classification checkpoint (SST-2: 0 negative, 1 positive).
+"""Label sentences, or sentence pairs, with a fine-tuned checkpoint of a GLUE task or of `classify`.
+
+Each output line is the predicted label's name (SST-2: negative or positive; `classify`: the class
+number), its probability and the text; an STS-B checkpoint prints the predicted similarity (0 to 5)
+and the text. A pair task (MRPC, QQP, STS-B, MNLI, QNLI, RTE, WNLI) takes each pair as one text,
+`first ||| second`, encoded as fine-tuning encodes it: [CLS] first [SEP] second [SEP].
 
 Examples:
     python scripts/classify.py --cp demo/runs/run1/checkpoints/best.pt "a gorgeous, witty film"
+    python scripts/classify.py --cp runs/run4/checkpoints/best.pt "A man plays a flute. ||| A man plays music."
     python scripts/classify.py --cp demo/runs/run1/checkpoints/best.pt -i sentences.txt
 """
 import argparse
@@ -12,29 +18,62 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+import glue_tasks  # noqa: E402
 from checkpoint import restore_model  # noqa: E402
-from classification_task import HIDDEN_LABEL, EncodedSentences, Sentences  # noqa: E402
+from classification_task import Part  # noqa: E402
 from config import CLASSIFICATION_TASKS  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from model import BertForSequenceClassification  # noqa: E402
 
 CLASSIFIERS = {task: BertForSequenceClassification for task in CLASSIFICATION_TASKS}
+PAIR_SEPARATOR = "|||"
+
+
+def split_pairs(texts: list[str], task: str) -> tuple[list[str], list[str] | None]:
+    """The first and second sentences of `first ||| second` texts for a pair task; the texts
+    themselves (and None) for a single-sentence one."""
+    is_pair = task in glue_tasks.TASKS and glue_tasks.TASKS[task].is_pair
+    if not is_pair:
+        paired = next((text for text in texts if PAIR_SEPARATOR in text), None)
+        if paired is not None:
+            raise UserError(f"{paired!r}: a {task} checkpoint labels single sentences, not "
+                            f"`first {PAIR_SEPARATOR} second` pairs")
+        return texts, None
+    halves = [text.split(PAIR_SEPARATOR) for text in texts]
+    for text, parts in zip(texts, halves):
+        if len(parts) != 2 or not all(part.strip() for part in parts):
+            raise UserError(f"{text!r}: a {task} checkpoint labels sentence pairs: write `first {PAIR_SEPARATOR} "
+                            f"second`, both sentences non-empty")
+    return [first.strip() for first, _ in halves], [second.strip() for _, second in halves]
 
 
 @torch.no_grad()
-def classify(model, vocab, sentences: list[str], batch_size: int = 64) -> list[tuple[int, float]]:
-    """(label, probability) for each sentence, in order; batches as fine-tuning makes them."""
-    count = len(sentences)
-    encoded = EncodedSentences(Sentences(sentences, np.full(count, HIDDEN_LABEL), np.arange(count)),
-                               vocab, model.config.max_len)
+def classify(model, vocab, first: list[str], second: list[str] | None, seq_len: int,
+             batch_size: int = 64) -> list[tuple[int, float]]:
+    """(label, probability) for each sentence or pair, in order, or for a regressor (STS-B)
+    (-1, score); batches as fine-tuning makes them."""
+    count = len(first)
+    examples = glue_tasks.Examples(first, second, np.full(count, glue_tasks.HIDDEN_LABEL), np.arange(count))
+    part = Part("test", examples, glue_tasks.encode_examples(vocab, first, second, seq_len))
     results = []
     for start in range(0, count, batch_size):
-        batch = encoded.batch(np.arange(start, min(start + batch_size, count)), vocab.pad_id)
+        batch = part.batch(np.arange(start, min(start + batch_size, count)), vocab.pad_id, seq_len)
+        segment_ids = None if batch["segment_ids"] is None else torch.from_numpy(batch["segment_ids"])
         logits, _ = model(torch.from_numpy(batch["input_ids"]),
-                          attention_mask=torch.from_numpy(batch["attention_mask"]))
+                          attention_mask=torch.from_numpy(batch["attention_mask"]), segment_ids=segment_ids)
+        if model.config.num_labels == 1:
+            results += [(-1, score) for score in logits[:, 0].float().tolist()]
+            continue
         probabilities, labels = logits.float().softmax(-1).max(-1)
         results += list(zip(labels.tolist(), probabilities.tolist()))
     return results
+
+
+def label_names(task: str, num_labels: int) -> tuple[str, ...]:
+    """What class i means to the checkpoint's task: GLUE's label names, or `classify`'s numbers."""
+    if task in glue_tasks.TASKS:
+        return glue_tasks.TASKS[task].label_names
+    return tuple(str(label) for label in range(num_labels))
 
 
 def read_sentences(path: Path) -> list[str]:
@@ -50,21 +89,28 @@ def read_sentences(path: Path) -> list[str]:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cp", type=Path, required=True, help="a fine-tuned classification checkpoint")
-    parser.add_argument("text", nargs="*", help="sentences to label")
-    parser.add_argument("-i", "--input", type=Path, help="a file with one sentence per line")
+    parser.add_argument("--cp", type=Path, required=True, help="a fine-tuned checkpoint of a GLUE task or classify")
+    parser.add_argument("text", nargs="*",
+                        help=f"sentences to label; for a pair task, pairs written `first {PAIR_SEPARATOR} second`")
+    parser.add_argument("-i", "--input", type=Path,
+                        help=f"a file with one sentence (or `first {PAIR_SEPARATOR} second` pair) per line")
     return parser.parse_args(argv)
 
 
 @exit_on_user_error
 def main(argv=None):
     args = parse_args(argv)
-    sentences = list(args.text) + (read_sentences(args.input) if args.input else [])
-    if not sentences:
+    texts = list(args.text) + (read_sentences(args.input) if args.input else [])
+    if not texts:
         raise UserError("nothing to classify: give sentences or -i FILE")
-    model, vocab, _ = restore_model(args.cp, CLASSIFIERS)
-    for sentence, (label, probability) in zip(sentences, classify(model, vocab, sentences)):
-        print(f"{label}\t{probability:.3f}\t{sentence}")
+    model, vocab, checkpoint = restore_model(args.cp, CLASSIFIERS)
+    task = checkpoint["task"]
+    first, second = split_pairs(texts, task)
+    # cut as fine-tuning cut them: to the run's seq-len, within the position table
+    seq_len = min(int(checkpoint["config"].get("seq-len", model.config.max_len)), model.config.max_len)
+    names = label_names(task, model.config.num_labels)
+    for text, (label, value) in zip(texts, classify(model, vocab, first, second, seq_len)):
+        print(f"{value:.3f}\t{text}" if model.config.num_labels == 1 else f"{names[label]}\t{value:.3f}\t{text}")
 
 
 if __name__ == "__main__":

@@ -1,161 +1,51 @@
-"""The single-sentence classification task (trainer.Task: SST-2, CoLA, ...): read parquet or GLUE
-TSV, batch, score.
+"""Fine-tuning on a sentence or a sentence pair (trainer.Task): every GLUE task (glue.py has the table,
+the readers of both layouts, pair encoding and the metrics) and `classify`, any single-sentence
+classification laid out as SST-2 is, with num-labels classes.
 
-Batches are padded to their own longest sentence (rounded up to a multiple of 8), not to
-seq-len: SST-2 sentences average about 10 words, so most of a 128-wide batch would be padding.
-With length-grouping, training batches hold sentences of similar length, so even less is.
+Batches are padded to their own longest example (rounded up to a multiple of 8), not to seq-len:
+SST-2 sentences average about 10 words, so most of a 128-wide batch would be padding. With
+length-grouping, training batches hold examples of similar length, so even less is. Validation
+scores the whole dev split (MNLI's two, matched and mismatched) at every validation.
 """
-import csv
-import re
+import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import torch
 
-from batching import BatchOrder, LengthGroupedBatchOrder, gather_padded, kept_rows
+import glue_tasks
+from batching import BatchOrder, LengthGroupedBatchOrder, kept_rows
 from errors import UserError
 from hardware import to_device
 from model import BertForSequenceClassification, model_config
 
-HIDDEN_LABEL = -1  # GLUE test sets hide their labels
-PARQUET_NAMES = {"train": "train-00000-of-00001.parquet", "val": "validation-00000-of-00001.parquet",
-                 "test": "test-00000-of-00001.parquet"}
-TSV_NAMES = {"train": "train.tsv", "val": "dev.tsv", "test": "test.tsv"}
+
+def glue_task_of(config) -> glue_tasks.GlueTask:
+    """The GLUE task a config names; `classify` is SST-2's layout with num-labels classes."""
+    if config.task_type == "classify":
+        return dataclasses.replace(glue_tasks.TASKS["sst2"], name="classify",
+                                   label_names=tuple(str(label) for label in range(config.num_labels)))
+    return glue_tasks.TASKS[config.task_type]
 
 
 @dataclass
-class Sentences:
-    texts: list[str]
-    labels: np.ndarray  # int64, HIDDEN_LABEL where unknown
-    index: np.ndarray  # the data set's own idx / index column, for submission files
-
-
-def find_split_file(datasets_dir: Path, split: str) -> Path:
-    """Hugging Face parquet first, then GLUE TSV, in datasets/ or GLUE's datasets/SST-2/ or datasets/CoLA/."""
-    for directory in (datasets_dir, datasets_dir / "SST-2", datasets_dir / "CoLA"):
-        for names in (PARQUET_NAMES, TSV_NAMES):
-            if (directory / names[split]).is_file():
-                return directory / names[split]
-    raise UserError(f"{datasets_dir}: no {split} split found: expected {PARQUET_NAMES[split]} "
-                    f"(Hugging Face parquet) or {TSV_NAMES[split]} (GLUE TSV)")
-
-
-def read_parquet(path: Path) -> Sentences:
-    try:
-        table = pq.read_table(path)
-    except Exception as error:  # pyarrow raises several kinds for a bad file
-        raise UserError(f"{path}: not a readable parquet file ({error.__class__.__name__})") from None
-    missing = {"sentence", "label"} - set(table.column_names)
-    if missing:
-        raise UserError(f"{path}: missing column(s) {', '.join(sorted(missing))}; "
-                        f"expected idx, sentence, label")
-    column = lambda name: table.column(name).to_pylist()  # noqa: E731
-    place = lambda row: f"row {row + 1}"  # noqa: E731
-    index = (checked_integers(path, column("idx"), "idx", place) if "idx" in table.column_names
-             else np.arange(table.num_rows))
-    return Sentences(checked_texts(path, column("sentence"), place),
-                     checked_integers(path, column("label"), "label", place), index)
-
-
-def read_tsv(path: Path) -> Sentences:
-    """GLUE layouts: `sentence label` (SST-2 train/dev), `index sentence` (test, labels
-    hidden), or CoLA's headerless `source label original-label sentence`."""
-    try:
-        with path.open(encoding="utf-8", newline="") as file:
-            rows = list(csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE))
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserError(f"{path}: cannot read ({error})") from None
-    if not rows:
-        raise UserError(f"{path}: empty file")
-    header = [name.strip().lower() for name in rows[0]]
-    if header[:2] == ["sentence", "label"]:
-        columns, body, first_line = {"sentence": 0, "label": 1}, rows[1:], 2
-    elif header[:2] == ["index", "sentence"]:
-        columns, body, first_line = {"index": 0, "sentence": 1}, rows[1:], 2
-    elif len(rows[0]) == 4:
-        columns, body, first_line = {"label": 1, "sentence": 3}, rows, 1
-    else:
-        raise UserError(f"{path}: unknown TSV layout; expected a header 'sentence<TAB>label' or "
-                        f"'index<TAB>sentence', or CoLA's four columns")
-    place = lambda row: f"line {row + first_line}"  # noqa: E731
-    width = max(columns.values()) + 1
-    for row, fields in enumerate(body):
-        if len(fields) < width:
-            raise UserError(f"{path}: {place(row)}: {len(fields)} tab-separated column(s), expected {width}")
-    column = lambda name: [fields[columns[name]] for fields in body]  # noqa: E731
-    labels = (checked_integers(path, column("label"), "label", place) if "label" in columns
-              else np.full(len(body), HIDDEN_LABEL, np.int64))
-    index = checked_integers(path, column("index"), "index", place) if "index" in columns else np.arange(len(body))
-    return Sentences(checked_texts(path, column("sentence"), place), labels, index)
-
-
-def checked_texts(path: Path, values: list, place) -> list[str]:
-    """The sentences, each of them text; `place(row)` names a bad one's row or line."""
-    for row, value in enumerate(values):
-        if not isinstance(value, str):
-            raise UserError(f"{path}: {place(row)}, column sentence: expected text, found {value!r}")
-    return values
-
-
-def checked_integers(path: Path, values: list, column: str, place) -> np.ndarray:
-    """Labels or indices as int64: integers, integral floats or digits; anything else (text,
-    0.7, null) is an error naming the row and column."""
-    result = np.empty(len(values), np.int64)
-    for row, value in enumerate(values):
-        number = as_integer(value)
-        if number is None:
-            raise UserError(f"{path}: {place(row)}, column {column}: expected an integer, found {value!r}")
-        result[row] = number
-    return result
-
-
-def as_integer(value) -> int | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
-        return int(value)
-    return None
-
-
-def read_sentences(path: Path) -> Sentences:
-    sentences = read_parquet(path) if path.suffix == ".parquet" else read_tsv(path)
-    if not sentences.texts:
-        raise UserError(f"{path}: no sentences")
-    return sentences
-
-
-class EncodedSentences:
-    """Token ids of every sentence ([CLS] ... [SEP], cut to seq-len), stored ragged."""
-
-    def __init__(self, sentences: Sentences, vocab, seq_len: int):
-        pieces = vocab.encode(sentences.texts)
-        ids = [[vocab.cls_id, *p[:seq_len - 2], vocab.sep_id] for p in pieces]
-        self.tokens = np.fromiter((i for sample in ids for i in sample), dtype=np.int64)
-        self.offsets = np.zeros(len(ids) + 1, dtype=np.int64)
-        np.cumsum([len(sample) for sample in ids], out=self.offsets[1:])
-        self.labels = sentences.labels
-        self.index = sentences.index
-        self.seq_len = seq_len
+class Part:
+    """One file set of a split (MNLI's validation has two: matched and mismatched), encoded."""
+    name: str  # the split as glue.py names it: validation_matched
+    examples: glue_tasks.Examples
+    encoded: glue_tasks.EncodedExamples
 
     def __len__(self) -> int:
-        return len(self.labels)
+        return len(self.examples)
 
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
-    def batch(self, rows: np.ndarray, pad_id: int) -> dict:
-        longest = int((self.offsets[rows + 1] - self.offsets[rows]).max())
+    def batch(self, rows: np.ndarray, pad_id: int, seq_len: int) -> dict:
+        longest = int(self.encoded.lengths[rows].max())
         # few distinct shapes (fewer recompiles, aligned matmuls), never past the position table
-        width = min(-(-longest // 8) * 8, self.seq_len)
-        input_ids, real = gather_padded(self.tokens, self.offsets, rows, width, pad_id)
-        return {"input_ids": input_ids, "attention_mask": real, "labels": self.labels[rows]}
+        width = min(-(-longest // 8) * 8, seq_len)
+        input_ids, segment_ids, real = self.encoded.padded(rows, width, pad_id)
+        pair = self.examples.second is not None
+        return {"input_ids": input_ids, "attention_mask": real, "segment_ids": segment_ids if pair else None,
+                "labels": self.examples.labels[rows]}
 
 
 def confusion_matrix(predicted: torch.Tensor, labels: torch.Tensor, classes: int) -> torch.Tensor:
@@ -163,126 +53,226 @@ def confusion_matrix(predicted: torch.Tensor, labels: torch.Tensor, classes: int
     return torch.bincount(labels * classes + predicted, minlength=classes * classes)
 
 
-def matthews_correlation(confusion: np.ndarray) -> float:
-    """Matthews correlation for any number of classes (Gorodkin's R_K); 0 when undefined."""
-    total = confusion.sum()
-    correct = np.trace(confusion)
+def confusion_metrics(confusion: np.ndarray) -> dict[str, float]:
+    """Accuracy and Matthews correlation from counts[true, predicted], and F1 of class 1 with two classes."""
+    total, correct = confusion.sum(), np.trace(confusion)
     true_counts, predicted_counts = confusion.sum(1), confusion.sum(0)
     numerator = correct * total - (true_counts * predicted_counts).sum()
     denominator = np.sqrt(float(total ** 2 - (predicted_counts ** 2).sum())) * np.sqrt(
         float(total ** 2 - (true_counts ** 2).sum()))
-    return float(numerator / denominator) if denominator else 0.0
+    metrics = {"accuracy": float(correct / total), "matthews": float(numerator / denominator) if denominator else 0.0}
+    if len(confusion) == 2:
+        true_positive = confusion[1, 1]
+        metrics["f1"] = float(2 * true_positive / (2 * true_positive + confusion[0, 1] + confusion[1, 0]) or 0.0)
+    return metrics
+
+
+def regression_sums(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """[n, sum p, sum y, sum p^2, sum y^2, sum py]: enough for Pearson's correlation by addition."""
+    p, y = scores.double(), labels.double()
+    return torch.stack([torch.tensor(float(len(p)), dtype=torch.float64, device=p.device),
+                        p.sum(), y.sum(), (p * p).sum(), (y * y).sum(), (p * y).sum()])
+
+
+def pearson_from_sums(sums: np.ndarray) -> float:
+    n, p, y, pp, yy, py = sums
+    spread = (n * pp - p * p) * (n * yy - y * y)
+    return float((n * py - p * y) / np.sqrt(spread)) if spread > 0 else 0.0
 
 
 class ClassificationTask:
-    """Fine-tuning as the trainer sees it: a classifier on BERT, sentences in, labels out. best.pt
-    is the most accurate, or for CoLA the best Matthews correlation (GLUE's metric for it)."""
+    """A classifier (or STS-B's regressor) on BERT, examples in, labels out. best.pt goes by the
+    task's GLUE score: its metric, or the mean of its two (MRPC, QQP, STS-B)."""
     lower_is_better = False
     predictions_per_token = 0.0  # no MLM head
-    measuring_keys = ("seq_len", "dataset_percentage", "val_dataset_percentage")  # sentences are cut to seq-len
+    measuring_keys = ("seq_len", "dataset_percentage", "val_dataset_percentage")  # examples are cut to seq-len
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         self.name = config.task_type
-        self.best_metric = "matthews" if config.task_type == "cola" else "accuracy"
+        self.glue_task = glue_task_of(config)
+        self.best_metric = self.glue_task.metrics[0] if len(self.glue_task.metrics) == 1 else "score"
         self.config = config
         self.vocab = vocab
         self.device = device
         self.order = BatchOrder(config.batch_size, config.seed, rank, world_size)
-        self.splits: dict[str, EncodedSentences] = {}
+        self.splits: dict[str, list[Part]] = {}
         self.data("train")  # fail early on a missing train split
 
-    def data(self, split: str) -> EncodedSentences:
+    @property
+    def num_labels(self) -> int:
+        return self.glue_task.num_labels
+
+    def split_names(self, split: str) -> tuple[str, ...]:
+        """glue.py's names of a split's parts: val is every dev split, test every test split."""
+        return {"train": ("train",), "val": self.glue_task.dev_splits, "test": self.glue_task.test_splits}[split]
+
+    def parts(self, split: str) -> list[Part]:
         if split not in self.splits:
-            path = find_split_file(self.config.datasets_path, split)
-            sentences = read_sentences(path)
-            kept = kept_rows(len(sentences.texts), self.config.share_of(split), self.config.seed)
-            if len(kept) < len(sentences.texts):
-                sentences = Sentences([sentences.texts[row] for row in kept], sentences.labels[kept],
-                                      sentences.index[kept])
-            encoded = EncodedSentences(sentences, self.vocab, self.config.seq_len)
-            labels = encoded.labels[encoded.labels != HIDDEN_LABEL]
-            if labels.size and (labels.min() < 0 or labels.max() >= self.config.num_labels):
-                raise UserError(f"{path}: labels range from {labels.min()} to {labels.max()}, "
-                                f"but num-labels = {self.config.num_labels}")
-            if split == "train" and labels.size < len(encoded):
-                raise UserError(f"{path}: the training split has hidden labels ({HIDDEN_LABEL})")
-            if len(encoded) < self.order.batch_size * self.order.world_size:
-                raise UserError(f"{path}: {len(encoded)} sentences are fewer than one batch "
-                                f"(batch-size {self.order.batch_size} x {self.order.world_size} processes)")
-            self.splits[split] = encoded
+            self.splits[split] = [self.read_part(split, name) for name in self.split_names(split)]
         return self.splits[split]
 
+    def data(self, split: str) -> Part:
+        """The split's first part: the whole of it except for MNLI's second dev and test sets."""
+        return self.parts(split)[0]
+
+    def read_part(self, split: str, name: str) -> Part:
+        examples = glue_tasks.read_split(self.config.glue_path, self.glue_task, name)
+        path = examples.files[0]
+        kept = kept_rows(len(examples), self.config.share_of(split), self.config.seed)
+        if len(kept) < len(examples):
+            examples = examples.select(kept)
+        if split == "train" and examples.labels_hidden:
+            raise UserError(f"{path}: the training split's labels are hidden")
+        if len(examples) < self.order.batch_size * self.order.world_size:
+            raise UserError(f"{path}: {len(examples)} examples are fewer than one batch "
+                            f"(batch-size {self.order.batch_size} x {self.order.world_size} processes)")
+        encoded = glue_tasks.encode_examples(self.vocab, examples.first, examples.second, self.config.seq_len)
+        return Part(name, examples, encoded)
 
     def check_data(self, splits: tuple[str, ...]):
         for split in splits:
-            self.data(split)
+            self.parts(split)
 
     def build_model(self, max_len: int | None = None) -> BertForSequenceClassification:
-        return BertForSequenceClassification(model_config(self.config, self.vocab, max_len))
+        return BertForSequenceClassification(
+            dataclasses.replace(model_config(self.config, self.vocab, max_len), num_labels=self.num_labels))
 
     def train_batches(self, position: dict | None):
         data = self.data("train")
         order = self.order
         if self.config.length_grouping:
-            order = LengthGroupedBatchOrder(data.lengths, order.batch_size, order.seed, order.rank, order.world_size)
+            order = LengthGroupedBatchOrder(data.encoded.lengths, order.batch_size, order.seed, order.rank,
+                                            order.world_size)
         return order.batches(position, lambda epoch: len(data),
-                             lambda epoch, rows: data.batch(rows, self.vocab.pad_id))
+                             lambda epoch, rows: data.batch(rows, self.vocab.pad_id, self.config.seq_len))
 
     def eval_batches(self, split: str, count: int | None):
-        """Evaluation sees every sentence once (the last batch may be short), or the first `count` batches."""
-        data = self.data(split)
-        rank, world = self.order.rank, self.order.world_size
-        rows = np.arange(len(data))[rank::world]
-        size = self.order.batch_size
-        batches = range(0, len(rows), size)
-        for start in batches if count is None else batches[:count]:
-            yield to_device(data.batch(rows[start:start + size], self.vocab.pad_id), self.device, False)
+        """Every example of the split's parts once (each part's last batch may be short), tagged with
+        its part; or for the test split the first `count` batches (test-iters). Validation always
+        scores the whole dev split: val-iters is for pre-training. Each rank scores every
+        world-size-th example."""
+        if split == "val":
+            count = None
+        rank, world, size = self.order.rank, self.order.world_size, self.order.batch_size
+        produced = 0
+        for number, part in enumerate(self.parts(split)):
+            rows = np.arange(len(part))[rank::world]
+            for start in range(0, len(rows), size):
+                if count is not None and produced == count:
+                    return
+                batch = part.batch(rows[start:start + size], self.vocab.pad_id, self.config.seq_len)
+                yield to_device(batch, self.device, False) | {"part": number}
+                produced += 1
+
+    def outputs(self, model, batch: dict):
+        return model(batch["input_ids"], batch.get("labels"), attention_mask=batch["attention_mask"],
+                     segment_ids=batch["segment_ids"])
 
     def loss(self, model, batch: dict, generator=None):
-        """Mean loss and [count, confusion matrix...] for accuracy and Matthews correlation."""
-        logits, loss = model(batch["input_ids"], batch["labels"], attention_mask=batch["attention_mask"])
-        confusion = confusion_matrix(logits.argmax(-1), batch["labels"], self.config.num_labels)
-        return loss, torch.cat([batch["labels"].new_tensor([len(batch["labels"])]), confusion])
+        """Mean loss and summed statistics: [count, confusion matrix...] for a classifier,
+        [count, regression_sums...] for STS-B; no host sync."""
+        logits, loss = self.outputs(model, batch)
+        labels = batch["labels"]
+        if self.glue_task.is_regression:
+            sums = regression_sums(logits[:, 0], labels)
+            return loss, torch.cat([sums[:1], sums])
+        confusion = confusion_matrix(logits.argmax(-1), labels, self.num_labels)
+        return loss, torch.cat([labels.new_tensor([len(labels)]), confusion])
 
     def metrics(self, loss: float, statistics: torch.Tensor) -> dict:
-        classes = self.config.num_labels
-        confusion = statistics[1:].numpy().reshape(classes, classes)
-        return {"loss": loss, "accuracy": float(np.trace(confusion) / confusion.sum()),
-                "matthews": matthews_correlation(confusion)}
-
-    def submission(self, model, split: str, autocast) -> list[str] | None:
-        """GLUE's predictions file (`index<TAB>prediction`) where the split's labels are hidden, else None."""
-        if not (self.data(split).labels == HIDDEN_LABEL).all():
-            return None
-        predictions, index = self.predict(model, split, autocast)
-        return ["index\tprediction"] + [f"{i}\t{p}" for i, p in zip(index, predictions)]
+        """Training metrics from summed statistics (validation has evaluate, on every prediction)."""
+        if self.glue_task.is_regression:
+            return {"loss": loss, "pearson": pearson_from_sums(statistics[1:].numpy())}
+        classes = self.num_labels
+        return {"loss": loss, **confusion_metrics(statistics[1:].numpy().reshape(classes, classes))}
 
     @torch.no_grad()
-    def predict(self, model, split: str, autocast) -> tuple[np.ndarray, np.ndarray]:
-        """Predicted labels and the data set's index column."""
+    def evaluate(self, model, batches, autocast) -> dict:
+        """The task's GLUE metrics on every prediction of the batches (all ranks'), per part: MNLI's
+        mismatched ones end in _mismatched. `examples` counts what was scored."""
+        model.eval()
+        loss_sum, collected = 0.0, []
+        for batch in batches:
+            with autocast:
+                logits, loss = self.outputs(model, batch)
+            loss_sum += loss.double().item() * len(batch["labels"])
+            collected.append((batch["part"], self.predicted(logits).cpu().numpy(), batch["labels"].cpu().numpy()))
+        model.train()
+        if torch.distributed.is_initialized():
+            gathered = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(gathered, (loss_sum, collected))
+            loss_sum, collected = sum(each[0] for each in gathered), [item for each in gathered for item in each[1]]
+        if not collected:
+            raise UserError("the evaluation split has no batch: it holds fewer examples than batch-size")
+        examples = sum(len(labels) for _, _, labels in collected)
+        metrics = {"loss": loss_sum / examples}
+        for number in sorted({part for part, _, _ in collected}):
+            predictions = np.concatenate([each[1] for each in collected if each[0] == number])
+            labels = np.concatenate([each[2] for each in collected if each[0] == number])
+            suffix = "" if number == 0 else "_mismatched"
+            metrics |= {name + suffix: value for name, value in self.part_metrics(labels, predictions).items()}
+        return metrics | {"examples": examples}
+
+    def part_metrics(self, labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+        metrics = glue_tasks.task_metrics(self.glue_task, labels, predictions)
+        if not self.glue_task.is_regression:
+            metrics.setdefault("accuracy", glue_tasks.accuracy(labels, predictions))
+        if len(self.glue_task.metrics) > 1:
+            metrics["score"] = glue_tasks.task_score(self.glue_task, metrics)
+        return metrics
+
+    def predicted(self, logits: torch.Tensor) -> torch.Tensor:
+        """Class ids, or STS-B's scores."""
+        return logits[:, 0].float() if self.glue_task.is_regression else logits.argmax(-1)
+
+    def submission(self, model, split: str, autocast) -> dict[str, list[str]] | None:
+        """Where the split's labels are hidden (GLUE's test sets): the GLUE server's file name of each
+        part -> its lines (`index<TAB>prediction`); else None."""
+        parts = self.parts(split)
+        if not all(part.examples.labels_hidden for part in parts):
+            return None
+        files = {}
+        for number, part in enumerate(parts):
+            predictions = self.predict(model, split, autocast, number)
+            index = part.examples.index[np.arange(len(part))[self.order.rank::self.order.world_size]]
+            name = self.glue_task.submission_files[part.name]
+            files[name] = glue_tasks.submission_lines(self.glue_task, predictions, index)
+        return files
+
+    @torch.no_grad()
+    def predict(self, model, split: str, autocast, part: int = 0) -> np.ndarray:
+        """Predictions for one part of a split, in its order (this rank's share)."""
         model.eval()
         predictions = []
         for batch in self.eval_batches(split, None):
-            with autocast:
-                logits, _ = model(batch["input_ids"], attention_mask=batch["attention_mask"])
-            predictions.append(logits.argmax(-1).cpu().numpy())
+            if batch["part"] == part:
+                with autocast:
+                    logits, _ = self.outputs(model, {**batch, "labels": None})
+                predictions.append(self.predicted(logits).cpu().numpy())
         model.train()
-        data = self.data(split)
-        return np.concatenate(predictions), data.index[np.arange(len(data))[self.order.rank::self.order.world_size]]
+        return np.concatenate(predictions)
 
     @torch.no_grad()
     def show_predictions(self, model, autocast) -> str:
-        """A few validation sentences with the predicted label and its probability."""
+        """A few validation examples with the prediction (and its probability) and the truth."""
         batch = next(self.eval_batches("val", 1))
+        batch = {name: value[:4] if isinstance(value, torch.Tensor) else value for name, value in batch.items()}
         model.eval()
         with autocast:
-            logits, _ = model(batch["input_ids"][:4], attention_mask=batch["attention_mask"][:4])
+            logits, _ = self.outputs(model, {**batch, "labels": None})
         model.train()
-        probabilities = logits.float().softmax(-1)
         lines = []
-        for row in range(len(probabilities)):
-            label = int(probabilities[row].argmax())
-            ids = batch["input_ids"][row][batch["attention_mask"][row]].tolist()[1:-1]
-            text = " ".join(self.vocab.decode_tokens(ids)).replace(" ##", "")
-            lines.append(f"  {label} ({probabilities[row, label]:.2f}, true {int(batch['labels'][row])}): {text}")
+        for row in range(len(logits)):
+            ids = batch["input_ids"][row][batch["attention_mask"][row]].tolist()
+            text = self.vocab.render(ids, {})
+            if self.glue_task.is_regression:
+                lines.append(f"  {float(logits[row, 0]):.2f} (true {float(batch['labels'][row]):.2f}): {text}")
+                continue
+            probabilities = logits[row].float().softmax(-1)
+            label = int(probabilities.argmax())
+            lines.append(f"  {self.label_name(label)} ({probabilities[label]:.2f}, "
+                         f"true {self.label_name(int(batch['labels'][row]))}): {text}")
         return "predictions:\n" + "\n".join(lines)
+
+    def label_name(self, label: int) -> str:
+        return self.glue_task.label_names[label] if 0 <= label < len(self.glue_task.label_names) else str(label)

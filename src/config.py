@@ -51,7 +51,7 @@ def one_of(*choices: str) -> Rule:
 
 
 # The tasks; main.py maps each name to its task class.
-CLASSIFICATION_TASKS = ("sst2", "cola", "classify")
+CLASSIFICATION_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli", "classify")
 TASK_TYPES = ("mlm", "clm", "electra", *CLASSIFICATION_TASKS)
 # The model variants; model.py checks ModelConfig against the same tuples.
 NORMS = ("postln", "preln", "rmsnorm")
@@ -105,9 +105,13 @@ CROSS_FIELD_RULES = (
     f"masking = static goes with task-type = mlm, not {v['task_type']}",
     lambda v: None if v["sentence_objective"] == "none" or v["task_type"] == "mlm" else
     f"sentence-objective = {v['sentence_objective']} goes with task-type = mlm, not {v['task_type']}",
+    lambda v: None if not v["epochs"] or v["task_type"] in CLASSIFICATION_TASKS else
+    f"epochs = {v['epochs']} goes with a fine-tuning task, not task-type = {v['task_type']} (use max-iters)",
+    lambda v: None if not (v["epochs"] and duration_seconds(v["time_budget"])) else
+    f"epochs = {v['epochs']} and time-budget = {v['time_budget']}: give one run length, not both",
     lambda v: None if v["min_learning_rate"] <= v["learning_rate"] else
     f"min-learning-rate = {v['min_learning_rate']} is above learning-rate = {v['learning_rate']}",
-    lambda v: None if v["lr_decay_iters"] >= v["warmup_iters"] else
+    lambda v: None if v["lr_decay_iters"] >= v["warmup_iters"] or v["warmup_ratio"] or v["epochs"] else
     f"lr-decay-iters = {v['lr_decay_iters']} is below warmup-iters = {v['warmup_iters']}",
     lambda v: None if not duration_seconds(v["time_budget"]) or v["max_iters"] >= v["warmup_iters"] else
     f"time-budget = {v['time_budget']} with max-iters = {v['max_iters']} below warmup-iters = {v['warmup_iters']}: "
@@ -125,11 +129,12 @@ def key(default, meaning: str, rule: Rule | None = None, *, group: str | None = 
 class Config:
     """Every setting of a run, grouped as config.ini.example groups them. INI keys are the field
     names with '-' for '_'; config.ini.example says more about each."""
-    task_type: str = key("mlm", "mlm, clm, electra: pre-training; sst2, cola, classify: fine-tuning",
+    task_type: str = key("mlm", "mlm, clm, electra: pre-training; a GLUE task (cola, sst2, mrpc, qqp, stsb, mnli, "
+                         "qnli, rte, wnli) or classify: fine-tuning",
                          one_of(*TASK_TYPES), group="Task")
     sentence_objective: str = key("none", "mlm only: none, nsp (next sentence) or sop (sentence order)",
                                   one_of(*SENTENCE_OBJECTIVES))
-    num_labels: int = key(2, "classes for sst2, cola, classify", at_least(2))
+    num_labels: int = key(2, "classify: its classes (a GLUE task has its own)", at_least(2))
     pooling: str = key("cls", "what the classifier reads: cls ([CLS]'s state) or mean (of the real tokens)",
                        one_of(*POOLINGS))
     generator_width: float = key(0.25, "electra: the generator's share of the heads", within(0, 1, "(]"))
@@ -140,6 +145,8 @@ class Config:
     vocab: str = key("", "vocab.txt or its directory; empty: base-dir/vocab")
     datasets_dir: str = key("", "shards and fine-tuning files, under base-dir unless absolute; empty: "
                                 "base-dir/datasets")
+    glue_dir: str = key("", "GLUE's data: a folder per task (parquet or TSV), under base-dir unless absolute; "
+                            "empty: the datasets directory")
     dataset_pattern: str = key("train_*.msgpack", "training shards in the datasets directory")
     val_dataset_pattern: str = key("val_*.msgpack", "validation shards")
     test_dataset_pattern: str = key("test_*.msgpack", "test shards")
@@ -156,7 +163,8 @@ class Config:
     length_grouping: bool = key(True, "fine-tuning: training batches of sentences of similar length")
     grad_accum_steps: int = key(1, "micro-batches summed into one optimizer step", at_least(1))
     val_interval: int = key(100, "validate every this many optimizer steps", at_least(1))
-    val_iters: int = key(20, "batches per validation", at_least(1))
+    val_iters: int = key(20, "pre-training: batches per validation (fine-tuning scores the whole dev split)",
+                         at_least(1))
     test_iters: int = key(0, "batches scored by --test; 0: the whole test split", at_least(0))
     log_interval: int = key(10, "print the training loss every this many steps", at_least(1))
     mask_rate: float = key(0.15, "share of the tokens picked for prediction", within(0, 1, "()"))
@@ -181,12 +189,16 @@ class Config:
                                group="Optimizer and learning-rate schedule")
     min_learning_rate: float = key(1e-4, "the rate at the end of the decay", at_least(0))
     warmup_iters: int = key(300, "linear warm-up steps", at_least(0))
+    warmup_ratio: float = key(0.0, "warm-up as a share of the run's steps (replaces warmup-iters); 0: warmup-iters",
+                              within(0, 1, "[)"))
     lr_scheduler: str = key("cosine", "after warmup: cosine, none (constant) or steplr:STEP:GAMMA",
                             Rule(lambda value: scheduler_problem(value) is None,
                                  "cosine, none or steplr:STEP:GAMMA (STEP a positive integer, GAMMA in (0, 1])"))
     lr_decay_iters: int = key(10_000, "the step where the cosine reaches min-learning-rate", at_least(0))
     resume_warmup_iters: int = key(0, "after a resume, ramp the rate back up over this many steps", at_least(0))
     max_iters: int = key(10_000, "optimizer steps in the whole run (with a time budget: a cap)", at_least(1))
+    epochs: float = key(0.0, "fine-tuning: the run's length in passes over the training examples (sets max-iters "
+                             "and lr-decay-iters); 0: max-iters", at_least(0))
     time_budget: str = key("0", "training time for the whole run (90s, 30m, 2h); 0: none",
                            Rule(lambda value: duration_seconds(value) is not None,
                                 "a duration such as 90s, 30m or 2h (0: no budget)"))
@@ -234,8 +246,13 @@ class Config:
 
     @property
     def datasets_path(self) -> Path:
-        """datasets-dir under base-dir (an absolute path stays as it is), as the original project has it."""
+        """datasets-dir under base-dir; an absolute path stays as it is."""
         return Path(self.base_dir) / (self.datasets_dir or "datasets")
+
+    @property
+    def glue_path(self) -> Path:
+        """glue-dir under base-dir, or the datasets directory."""
+        return Path(self.base_dir) / self.glue_dir if self.glue_dir else self.datasets_path
 
     @property
     def runs_dir(self) -> Path:

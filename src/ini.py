@@ -1,8 +1,8 @@
 """Reading a run's settings: INI files, then `--key value` overrides, into a validated Config.
 
 The INI dialect: `key = value` or `key: value`, a key alone on a line for true, `#` comments,
-`45_000`; the original project's config files load unchanged (legacy.py has its other names and the
-keys it had that mean nothing now), and so does its ./local_config.ini beside ./config.ini that overrides it.
+`45_000`; older config files load unchanged (legacy.py has their other key names and the keys that
+mean nothing now), and so does a ./local_config.ini beside ./config.ini that overrides it.
 """
 import re
 from pathlib import Path

@@ -25,6 +25,7 @@ from errors import UserError, exit_on_user_error
 from hardware import select_device
 from ini import load_config
 from mlm_task import MaskedLMTask
+from optimizer import with_run_length
 from stop_request import StopRequest
 from trainer import Trainer
 from vocab import load_vocab
@@ -65,7 +66,9 @@ def run(config: Config, checkpoint: Path | None, test: bool, rank: int = 0, worl
     The architecture keys the config leaves out come from the checkpoint."""
     if checkpoint is not None:
         config = checkpoints.with_architecture(config, checkpoints.load(checkpoint, mmap=True))
-    trainer = Trainer(config, make_task(config, rank, world_size), rank, world_size)
+    task = make_task(config, rank, world_size)
+    config = with_run_length(config, len(task.data("train")) if config.epochs else 0, world_size)
+    trainer = Trainer(config, task, rank, world_size)
     if test:
         return trainer.test(checkpoint)
     return trainer.fit(checkpoint, switch_training=switch_training, load_optimizer=load_optimizer, stop=stop)

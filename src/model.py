@@ -397,7 +397,7 @@ class ElectraForPreTraining(nn.Module):
 
 class BertForSequenceClassification(nn.Module):
     """BERT's pooler (dense + tanh) on [CLS], or on the mean of the real tokens' states; dropout,
-    and a linear classifier.
+    and a linear classifier (a regressor with num_labels = 1).
 
     Mean pooling reads every token: after a short pre-training the encoder may give nearly the
     same state at every position (the unigram plateau), and [CLS] alone then carries half the
@@ -416,8 +416,13 @@ class BertForSequenceClassification(nn.Module):
         hidden = self.encoder(input_ids, attention_mask, segment_ids)
         pooled = torch.tanh(self.pooler(self.summary(hidden, attention_mask)))
         logits = self.classifier(self.dropout(pooled))
-        loss = None if labels is None else F.cross_entropy(logits.float(), labels)
-        return logits, loss
+        return logits, None if labels is None else self.loss(logits, labels)
+
+    def loss(self, logits, labels):
+        """Cross-entropy, or with one output (STS-B's similarity, a regression) the mean squared error."""
+        if self.config.num_labels == 1:
+            return F.mse_loss(logits[:, 0].float(), labels.float())
+        return F.cross_entropy(logits.float(), labels)
 
     def summary(self, hidden, attention_mask):
         """One vector per sentence: [CLS]'s state, or the mean over real tokens."""

@@ -1,5 +1,6 @@
 """The optimizer and its learning-rate schedule: AdamW's parameter groups, and each schedule a
 pure function of the step and the config."""
+import dataclasses
 import math
 
 import torch
@@ -81,3 +82,18 @@ def cosine_lr(step: int, config: Config) -> float:
     progress = (step - config.warmup_iters) / max(1, config.lr_decay_iters - config.warmup_iters)
     return config.min_learning_rate + 0.5 * (1 + math.cos(math.pi * progress)) * (
         config.learning_rate - config.min_learning_rate)
+
+
+def with_run_length(config: Config, train_examples: int, world_size: int) -> Config:
+    """epochs and warmup-ratio as steps: max-iters and lr-decay-iters the steps of `epochs` passes over
+    the training examples at the global batch (a last short batch counts), warmup-iters the
+    warmup-ratio share of them. A config with neither is returned as it is."""
+    steps = config.max_iters
+    if config.epochs:
+        per_step = config.batch_size * config.grad_accum_steps * world_size
+        steps = max(1, math.ceil(config.epochs * train_examples / per_step))
+        config = dataclasses.replace(config, max_iters=steps, lr_decay_iters=steps,
+                                     warmup_iters=min(config.warmup_iters, steps))
+    if config.warmup_ratio:
+        config = dataclasses.replace(config, warmup_iters=round(config.warmup_ratio * steps))
+    return config

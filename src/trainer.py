@@ -67,8 +67,10 @@ class Task(Protocol):
     def show_predictions(self, model: nn.Module, autocast) -> str:
         """A few validation predictions as text, for the log."""
 
-    def submission(self, model: nn.Module, split: str, autocast) -> list[str] | None:
-        """Where the split's labels are hidden (GLUE test sets): the lines of a predictions file."""
+    def submission(self, model: nn.Module, split: str, autocast) -> dict[str, list[str]] | None:
+        """Where the split's labels are hidden (GLUE test sets): each predictions file's name -> its lines.
+        A task may also have evaluate(model, batches, autocast) -> metrics, when its metrics need every
+        prediction rather than sums (GLUE's correlations); the trainer then calls that instead."""
 
 
 @dataclass
@@ -397,7 +399,7 @@ class Trainer:
         # Past DDP: evaluation needs no gradient sync, and ranks may see different batch counts.
         model = run.compiled.module if isinstance(run.compiled, DistributedDataParallel) else run.compiled
         metrics = evaluate(model, task, task.eval_batches("val", self.config.val_iters), self.autocast)
-        run.log(f"step {run.step} | " + " | ".join(f"val {name} {value:.4f}" for name, value in metrics.items()))
+        run.log(f"step {run.step} | " + " | ".join(f"val {name} {shown(value)}" for name, value in metrics.items()))
         if not math.isfinite(metrics["loss"]):  # never a best checkpoint, nor one to resume
             raise UserError(f"validation loss is not finite (nan or inf) at step {run.step}: run stopped; "
                             f"the last good checkpoint is in {run.checkpoints}")
@@ -444,12 +446,15 @@ class Trainer:
         model = self.restored_model(saved, checkpoint_path)
         run_dir = checkpoints.run_dir_of(checkpoint_path) or checkpoint_path.parent
         step = saved["step"]
-        lines = self.task.submission(model, "test", self.autocast)
-        if lines is not None:
-            target = run_dir / f"test_predictions_step{step}.tsv"
-            atomic_write(target, lambda temp: temp.write_text("\n".join(lines) + "\n"))
-            print(f"the test labels are hidden: wrote {len(lines) - 1} predictions to {target}")
-            return {"predictions": str(target)}
+        files = self.task.submission(model, "test", self.autocast)
+        if files is not None:
+            written = []
+            for name, lines in files.items():
+                target = run_dir / f"test_predictions_step{step}_{name}"
+                atomic_write(target, lambda temp, lines=lines: temp.write_text("\n".join(lines) + "\n"))
+                print(f"the test labels are hidden: wrote {len(lines) - 1} predictions to {target}")
+                written.append(str(target))
+            return {"predictions": written}
         batches = self.task.eval_batches("test", self.config.test_iters or None)
         metrics = evaluate(model, self.task, batches, self.autocast)
         metrics = {"checkpoint": str(checkpoint_path), "step": step,
@@ -463,10 +468,16 @@ class Trainer:
 
 # ----------------------------------------------------------------------------- helpers of the loop
 
+def shown(value) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, task: Task, batches, autocast) -> dict:
     """The task's metrics over the given batches, all ranks' together; sums stay on the device
-    until the end."""
+    until the end. A task whose metrics need every prediction (GLUE's) scores them itself."""
+    if hasattr(task, "evaluate"):
+        return task.evaluate(model, batches, autocast)
     model.eval()
     loss_sum, totals = torch.zeros((), device=task.device, dtype=torch.float64), 0
     for batch in batches:

@@ -4,6 +4,7 @@ import shutil
 import bench
 import bow_baseline
 import make_demo
+import pytest
 import torch
 
 
@@ -13,6 +14,17 @@ def test_bag_of_words_baseline_learns_sentiment(tmp_path, rotten_tomatoes, capsy
     assert result["features"] > 1000
     assert result["val_accuracy"] > 0.6 and result["test_accuracy"] > 0.6  # balanced classes: chance is 0.5
     assert "bag-of-words logistic regression" in capsys.readouterr().out
+
+
+def test_bag_of_words_baseline_refuses_hidden_test_labels(tmp_path, rotten_tomatoes, capsys):
+    make_demo.write_sst2(tmp_path, rotten_tomatoes, seed=123)
+    for path in tmp_path.glob("*.parquet"):
+        path.unlink()  # only the GLUE TSV layout is left, whose test.tsv has no labels
+    with pytest.raises(SystemExit) as exit_info:
+        bow_baseline.main(["--datasets", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (f"error: {tmp_path / 'SST-2' / 'test.tsv'}: the test labels are hidden; "
+                                       "use the parquet layout to score test\n")
 
 
 def test_collator_masking_matches_the_reference_rule():

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from batching import BatchOrder, LengthGroupedBatchOrder, group_by_length
-from classification_task import EncodedSentences, Sentences
+from glue_tasks import encode_examples
 from vocab import load_vocab
 
 
@@ -13,8 +13,7 @@ from vocab import load_vocab
 def lengths(rotten_tomatoes, vocab_dir) -> np.ndarray:
     """Token counts ([CLS] ... [SEP]) of 2,000 real Rotten Tomatoes sentences."""
     texts = [text for text, _ in rotten_tomatoes]
-    sentences = Sentences(texts, np.zeros(len(texts), np.int64), np.arange(len(texts)))
-    return EncodedSentences(sentences, load_vocab(vocab_dir), seq_len=128).lengths
+    return encode_examples(load_vocab(vocab_dir), texts, None, seq_len=128).lengths
 
 
 def epoch_batches(order: BatchOrder, epoch: int, samples: int) -> list[np.ndarray]:
@@ -22,7 +21,7 @@ def epoch_batches(order: BatchOrder, epoch: int, samples: int) -> list[np.ndarra
 
 
 def padded_width(lengths: np.ndarray, rows: np.ndarray) -> int:
-    """The width EncodedSentences.batch pads to: the longest, rounded up to 8."""
+    """The width classification_task.Part.batch pads to: the longest, rounded up to 8 (within seq-len 128)."""
     return -(-int(lengths[rows].max()) // 8) * 8
 
 

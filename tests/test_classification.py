@@ -1,19 +1,27 @@
-"""Sentence classification: readers, dynamic padding, fine-tuning from MLM, submission files, scripts."""
+"""Fine-tuning on GLUE tasks: SST-2 and CoLA files read, dynamic padding, fine-tuning from MLM, the
+metrics and submission files, pair tasks (MRPC, STS-B, MNLI) end to end, epochs and warmup-ratio,
+and the fill-mask and classify scripts."""
+import math
+import re
 import shutil
 from itertools import islice
+from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 
+import checkpoint as checkpoints
 import classify
 import fill_mask
+import glue_tasks
 import main
 import make_demo
 import prepare_mlm_dataset
-from classification_task import (ClassificationTask, EncodedSentences, find_split_file, matthews_correlation,
-                                    read_sentences, read_tsv)
-from config import Config
+from classification_task import ClassificationTask, Part, confusion_metrics
+from config import CLASSIFICATION_TASKS, Config
 from errors import UserError
 from model import BertForSequenceClassification, ModelConfig
 from vocab import load_vocab
@@ -74,91 +82,106 @@ def sst2_run(base_dir, mlm_checkpoint):
 
 def test_parquet_and_tsv_hold_the_same_sentences(base_dir):
     datasets = base_dir / "datasets"
-    for split, tsv_name in [("train", "train.tsv"), ("val", "dev.tsv")]:
-        parquet = read_sentences(find_split_file(datasets, split))
-        tsv = read_sentences(datasets / "SST-2" / tsv_name)
-        assert parquet.texts == tsv.texts
+    for split in ("train", "val"):
+        parquet = glue_tasks.read_split(datasets, "sst2", split)  # make_demo's parquet files, in datasets/ itself
+        tsv = glue_tasks.read_split(datasets / "SST-2", "sst2", split)  # its GLUE TSV files
+        assert parquet.files[0].suffix == ".parquet" and tsv.files[0].suffix == ".tsv"
+        assert parquet.first == tsv.first and parquet.second is None and tsv.second is None
         assert np.array_equal(parquet.labels, tsv.labels)
         assert set(np.unique(parquet.labels)) == {0, 1}
-    hidden = read_sentences(datasets / "SST-2" / "test.tsv")
-    assert (hidden.labels == -1).all() and len(hidden.texts) == 200
+    hidden = glue_tasks.read_split(datasets / "SST-2", "sst2", "test")
+    assert hidden.labels_hidden and (hidden.labels == glue_tasks.HIDDEN_LABEL).all() and len(hidden) == 200
+    assert hidden.index.tolist() == list(range(200))
 
 
 def test_cola_layout_and_matthews(tmp_path):
-    cola = tmp_path / "train.tsv"
+    cola = tmp_path / "train.tsv"  # CoLA's headerless layout: source, label, original mark, sentence
     cola.write_text("gj04\t1\t\tthe sailors rode the breeze clear of the rocks .\n"
                     "gj04\t0\t*\tthe more we study verbs , the crazier they get get .\n")
-    sentences = read_tsv(cola)
-    assert sentences.labels.tolist() == [1, 0]
-    assert sentences.texts[1].startswith("the more we study")
+    examples = glue_tasks.read_split(tmp_path, "cola", "train")
+    assert examples.labels.tolist() == [1, 0] and examples.second is None
+    assert examples.first[1].startswith("the more we study")
     # Binary Matthews: (tp*tn - fp*fn) / sqrt((tp+fp)(tp+fn)(tn+fp)(tn+fn)); rows are true labels.
     tn, fp, fn, tp = 50, 10, 5, 35
     expected = (tp * tn - fp * fn) / np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
-    assert matthews_correlation(np.array([[tn, fp], [fn, tp]])) == pytest.approx(expected)
-    assert matthews_correlation(np.array([[60, 0], [40, 0]])) == 0.0  # a constant guess
+    metrics = confusion_metrics(np.array([[tn, fp], [fn, tp]]))
+    assert metrics == pytest.approx({"matthews": expected, "accuracy": (tn + tp) / 100,
+                                     "f1": 2 * tp / (2 * tp + fp + fn)})
+    # the training metrics from sums agree with GLUE's metric on the predictions themselves
+    labels, predictions = np.repeat([0, 0, 1, 1], [tn, fp, fn, tp]), np.repeat([0, 1, 0, 1], [tn, fp, fn, tp])
+    assert glue_tasks.matthews_correlation(labels, predictions) == pytest.approx(expected)
+    assert confusion_metrics(np.array([[60, 0], [40, 0]]))["matthews"] == 0.0  # a constant guess
 
 
 def test_unknown_tsv_layout_is_a_clear_error(tmp_path):
     bad = tmp_path / "train.tsv"
     bad.write_text("text\tpolarity\nfine\t1\n")
-    with pytest.raises(UserError, match="train.tsv: unknown TSV layout"):
-        read_tsv(bad)
+    with pytest.raises(UserError) as error:
+        glue_tasks.read_split(tmp_path, "sst2", "train")
+    assert str(error.value) == f"{bad}: line 1: missing column sentence (header: text, polarity)"
 
 
 @pytest.mark.parametrize("sentences, labels, message", [
-    (["good", "bad"], ["positive", "negative"], "row 1, column label: expected an integer, found 'positive'"),
-    (["good", "bad"], [1.0, 0.7], "row 2, column label: expected an integer, found 0.7"),
+    (["good", "bad"], ["positive", "great"],
+     "row 2, column label: expected 0 to 1 or negative, positive, found 'great'"),
+    (["good", "bad"], [1.0, 0.7], "row 2, column label: expected 0 to 1 or negative, positive, found 0.7"),
     (["good", None], [1, 0], "row 2, column sentence: expected text, found None"),
-    (["good", "bad"], [1, None], "row 2, column label: expected an integer, found None"),
+    (["good", "bad"], [1, None], "row 2, column label: expected 0 to 1 or negative, positive, found None"),
+    (["good", "bad"], [1, 2], "row 2, column label: expected 0 to 1 or negative, positive, found 2"),
 ])
 def test_bad_parquet_values_name_the_file_row_and_column(tmp_path, sentences, labels, message):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
     path = tmp_path / "train-00000-of-00001.parquet"
     pq.write_table(pa.table({"sentence": sentences, "label": labels}), path)
     with pytest.raises(UserError) as error:
-        read_sentences(path)
+        glue_tasks.read_split(tmp_path, "sst2", "train")
     assert str(error.value) == f"{path}: {message}"
 
 
-@pytest.mark.parametrize("content, message", [
-    ("sentence\tlabel\ngood\t1\nbad\tneg\n", "line 3, column label: expected an integer, found 'neg'"),
-    ("sentence\tlabel\ngood\t1\nbad\n", "line 3: 1 tab-separated column(s), expected 2"),
-    ("index\tsentence\nx\tgood\n", "line 2, column index: expected an integer, found 'x'"),
-    ("gj04\t1\t\tfine .\ngj04\t0.5\t*\tbad .\n", "line 2, column label: expected an integer, found '0.5'"),
+@pytest.mark.parametrize("task, name, content, message", [
+    ("sst2", "train.tsv", "sentence\tlabel\ngood\t1\nbad\tneg\n",
+     "line 3, column label: expected 0 to 1 or negative, positive, found 'neg'"),
+    ("sst2", "train.tsv", "sentence\tlabel\ngood\t1\nbad\n",
+     "line 3, column label: missing (the line has 1 tab-separated fields)"),
+    ("sst2", "train.tsv", "index\tsentence\n0\tgood\n", "line 1: missing column label (header: index, sentence)"),
+    ("sst2", "test.tsv", "index\tsentence\nx\tgood\n", "line 2, column index: expected an integer, found 'x'"),
+    ("cola", "train.tsv", "gj04\t1\t\tfine .\ngj04\t0.5\t*\tbad .\n",
+     "line 2, column label: expected 0 to 1 or unacceptable, acceptable, found '0.5'"),
 ])
-def test_bad_tsv_values_name_the_file_line_and_column(tmp_path, content, message):
-    path = tmp_path / "train.tsv"
+def test_bad_tsv_values_name_the_file_line_and_column(tmp_path, task, name, content, message):
+    path = tmp_path / name
     path.write_text(content)
     with pytest.raises(UserError) as error:
-        read_sentences(path)
+        glue_tasks.read_split(tmp_path, task, name.removesuffix(".tsv"))
     assert str(error.value) == f"{path}: {message}"
 
 
-def test_integral_labels_of_any_type_are_read(tmp_path):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+def test_labels_as_integers_of_any_type_or_as_names_are_read(tmp_path):
     path = tmp_path / "train-00000-of-00001.parquet"
-    pq.write_table(pa.table({"sentence": ["good", "bad"], "label": [1.0, 0.0]}), path)
-    assert read_sentences(path).labels.tolist() == [1, 0]
+    for labels in ([1.0, 0.0], ["1", "0"], ["positive", "negative"]):
+        pq.write_table(pa.table({"sentence": ["good", "bad"], "label": labels}), path)
+        assert glue_tasks.read_split(tmp_path, "sst2", "train").labels.tolist() == [1, 0]
 
 
-def test_dynamic_padding_gives_the_same_logits_as_padding_to_seq_len(base_dir):
+@pytest.mark.parametrize("pairs", [False, True])
+def test_dynamic_padding_gives_the_same_logits_as_padding_to_seq_len(base_dir, pairs):
     vocab = load_vocab(base_dir / "vocab")
-    sentences = read_sentences(find_split_file(base_dir / "datasets", "val"))
-    encoded = EncodedSentences(sentences, vocab, seq_len=128)
+    examples = glue_tasks.read_split(base_dir / "datasets", "sst2", "val")
+    if pairs:  # sentence i with sentence i + 1: segment ids matter too
+        examples.second = examples.first[1:] + examples.first[:1]
+    part = Part("validation", examples, glue_tasks.encode_examples(vocab, examples.first, examples.second, 128))
     torch.manual_seed(0)
     model = BertForSequenceClassification(ModelConfig(vocab_size=vocab.size, max_len=128, d_model=64, heads=2,
                                                       n_layer=2, d_ff=128, pad_id=vocab.pad_id)).eval()
     rows = np.arange(16)
-    batch = encoded.batch(rows, vocab.pad_id)
+    batch = part.batch(rows, vocab.pad_id, 128)
     assert batch["input_ids"].shape[1] < 128 and batch["input_ids"].shape[1] % 8 == 0
-    full = np.full((16, 128), vocab.pad_id)
-    full[:, :batch["input_ids"].shape[1]] = batch["input_ids"]
-    short_logits, _ = model(torch.from_numpy(batch["input_ids"]),
-                            attention_mask=torch.from_numpy(batch["attention_mask"]))
-    full_ids = torch.from_numpy(full)
-    full_logits, _ = model(full_ids, attention_mask=full_ids != vocab.pad_id)
+    assert (batch["segment_ids"] is not None) == pairs and (batch["labels"] == examples.labels[rows]).all()
+    full_ids, full_segments, full_real = part.encoded.padded(rows, 128, vocab.pad_id)
+    tensor = lambda array: None if array is None else torch.from_numpy(array)  # noqa: E731
+    short_logits, _ = model(tensor(batch["input_ids"]), attention_mask=tensor(batch["attention_mask"]),
+                            segment_ids=tensor(batch["segment_ids"]))
+    full_logits, _ = model(tensor(full_ids), attention_mask=tensor(full_real),
+                           segment_ids=tensor(full_segments) if pairs else None)
     torch.testing.assert_close(short_logits, full_logits, rtol=1e-4, atol=1e-5)
 
 
@@ -173,15 +196,33 @@ def test_length_grouping_narrows_training_batches_and_can_be_turned_off(base_dir
     assert mean_width(True) < 0.7 * mean_width(False)
 
 
+def validations(run_dir: Path) -> list[dict[str, float]]:
+    """Each validation's metrics as log.txt has them, with its step."""
+    found = []
+    for line in (run_dir / "logs" / "log.txt").read_text().splitlines():
+        if " | val " in line:
+            step, *fields = line.split(" | ")
+            found.append({"step": int(step.removeprefix("step "))} | {
+                name: float(value) for name, value in (field.removeprefix("val ").split(" ") for field in fields)})
+    return found
+
+
+def shown_predictions(run_dir: Path, names: str) -> list[str]:
+    """The lines show_predictions logged: `name (probability, true name): text`, names a regex."""
+    pattern = re.compile(rf"  ({names}) \((0\.\d\d|1\.00), true ({names})\): \S")
+    return [line for line in (run_dir / "logs" / "log.txt").read_text().splitlines() if pattern.match(line)]
+
+
 def test_fine_tuning_from_mlm_learns_far_above_chance(sst2_run):
     log = (sst2_run / "logs" / "log.txt").read_text()
     assert "loaded the encoder of" in log and "not used: head.*" in log
     assert "newly initialised: pooler.weight, pooler.bias, classifier.weight, classifier.bias" in log
-    accuracies = [float(line.split("val accuracy ")[1].split()[0]) for line in log.splitlines()
-                  if "val accuracy" in line]
-    assert len(accuracies) == 5
+    scores = validations(sst2_run)
+    assert [metrics["step"] for metrics in scores] == [50, 100, 150, 200, 250]
+    assert all(metrics["examples"] == 200 for metrics in scores)  # the whole dev split, every time
     # 200 balanced validation sentences: chance is 0.5 with a standard error of 0.035.
-    assert max(accuracies) > 0.6
+    assert max(metrics["accuracy"] for metrics in scores) > 0.6
+    assert len(shown_predictions(sst2_run, "negative|positive")) == 4 * len(scores)
     assert (sst2_run / "checkpoints" / "best.pt").is_file()
 
 
@@ -196,7 +237,7 @@ def test_test_split_is_scored_and_hidden_labels_give_a_submission_file(base_dir,
     monkeypatch.chdir(base_dir)
     best = sst2_run / "checkpoints" / "best.pt"
     metrics = main.run(main.load_config(None, ["--task-type", "sst2"]), best, True)
-    assert 0.55 < metrics["test_accuracy"] <= 1 and "test_matthews" in metrics
+    assert 0.55 < metrics["test_accuracy"] <= 1 and metrics["test_examples"] == 200
 
     # The GLUE layout hides test labels: predictions are written instead of a score.
     glue_base = base_dir / "glue"
@@ -204,9 +245,12 @@ def test_test_split_is_scored_and_hidden_labels_give_a_submission_file(base_dir,
     shutil.copytree(base_dir / "datasets" / "SST-2", glue_base / "datasets" / "SST-2")
     shutil.copytree(base_dir / "vocab", glue_base / "vocab")
     result = main.run(main.load_config(None, ["--task-type", "sst2", "--base-dir", "glue"]), best, True)
-    lines = open(result["predictions"]).read().splitlines()
+    step = checkpoints.load(best)["step"]
+    assert result == {"predictions": [str(sst2_run / f"test_predictions_step{step}_SST-2.tsv")]}
+    lines = Path(result["predictions"][0]).read_text().splitlines()
     assert lines[0] == "index\tprediction" and len(lines) == 201
-    assert lines[1] == "0\t" + lines[1].split("\t")[1] and {line.split("\t")[1] for line in lines[1:]} <= {"0", "1"}
+    assert [line.split("\t")[0] for line in lines[1:]] == [str(index) for index in range(200)]
+    assert {line.split("\t")[1] for line in lines[1:]} <= {"0", "1"}  # SST-2's server takes numbers
 
 
 def test_fill_mask_and_classify_scripts(mlm_checkpoint, sst2_run, capsys, tmp_path):
@@ -217,26 +261,35 @@ def test_fill_mask_and_classify_scripts(mlm_checkpoint, sst2_run, capsys, tmp_pa
     assert len(probabilities) == 3 and probabilities == sorted(probabilities, reverse=True)
 
     sentences = tmp_path / "sentences.txt"
-    sentences.write_text("a gorgeous , witty , seductive movie .\n\nthe plot is nothing but boilerplate clichés .\n")
-    classify.main(["--cp", str(sst2_run / "checkpoints" / "best.pt"), "-i", str(sentences)])
+    texts = ["a gorgeous , witty , seductive movie .", "the plot is nothing but boilerplate clichés ."]
+    sentences.write_text(f"{texts[0]}\n\n{texts[1]}\n")
+    best = str(sst2_run / "checkpoints" / "best.pt")
+    classify.main(["--cp", best, "-i", str(sentences)])
     rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
-    assert len(rows) == 2 and all(row[0] in "01" and 0.5 <= float(row[1]) <= 1 for row in rows)
+    assert [row[2] for row in rows] == texts
+    assert all(row[0] in ("negative", "positive") and 0.5 <= float(row[1]) <= 1 for row in rows)
 
-    with pytest.raises(SystemExit) as exit_info:
-        classify.main(["--cp", str(mlm_checkpoint), "fine"])  # an MLM checkpoint has no classifier
-    assert exit_info.value.code == 2
-    assert "a mlm checkpoint; expected sst2 or cola or classify" in capsys.readouterr().err
+    for arguments, message in [
+        (["--cp", str(mlm_checkpoint), "fine"],  # an MLM checkpoint has no classifier
+         f"a mlm checkpoint; expected {' or '.join(CLASSIFICATION_TASKS)}"),
+        (["--cp", best, "good ||| bad"], "a sst2 checkpoint labels single sentences, not `first ||| second` pairs"),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            classify.main(arguments)
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_batch_width_rounds_to_8_but_never_past_seq_len(base_dir):
     vocab = load_vocab(base_dir / "vocab")
-    long_sentence = " ".join(["wonderful"] * 40)
-    sentences = read_sentences(find_split_file(base_dir / "datasets", "val"))
-    sentences.texts[0] = long_sentence
-    encoded = EncodedSentences(sentences, vocab, seq_len=21)  # not a multiple of 8
-    batch = encoded.batch(np.arange(4), vocab.pad_id)
+    examples = glue_tasks.read_split(base_dir / "datasets", "sst2", "val")
+    examples.first[:3] = [" ".join(["wonderful"] * 40), "good", " ".join(["good"] * 7)]
+    part = Part("validation", examples, glue_tasks.encode_examples(vocab, examples.first, None, 21))
+    assert part.encoded.lengths[:3].tolist() == [21, 3, 9]  # cut to seq-len; [CLS] and [SEP] around one piece a word
+    batch = part.batch(np.arange(4), vocab.pad_id, 21)  # 21: not a multiple of 8
     assert batch["input_ids"].shape[1] == 21
     assert batch["attention_mask"][0].all()
+    assert part.batch(np.array([1]), vocab.pad_id, 21)["input_ids"].shape[1] == 8  # the longest, rounded up to 8
+    assert part.batch(np.array([1, 2]), vocab.pad_id, 21)["input_ids"].shape[1] == 16
 
 
 def test_compare_runs_groups_fine_tunings_by_their_start_and_tables_test_accuracy(base_dir, mlm_checkpoint, sst2_run,
@@ -261,3 +314,181 @@ def test_compare_runs_groups_fine_tunings_by_their_start_and_tables_test_accurac
                                               for line in section.splitlines() if line.startswith("| "))}
     assert rows[f"start={mlm_checkpoint.resolve()}"][:2] == ["1", f"{scores[0]['test_accuracy']:.4f} ± –"]
     assert rows["start=none"][:2] == ["1", f"{scores[1]['test_accuracy']:.4f} ± –"]
+
+
+# ----------------------------------------------------------------------------- GLUE tasks end to end
+
+# A model that trains a few dozen steps in seconds on two CPU cores; float32 and no compilation.
+TINY_RUN = {"seq-len": 32, "batch-size": 16, "d-model": 32, "heads": 2, "n-layer": 2, "d-ff": 64, "dropout": 0.1,
+            "device": TEST_DEVICE, "dtype": "float32", "compile": "false", "peak-tflops": 1, "log-interval": 1,
+            "learning-rate": 2e-3, "min-learning-rate": 2e-4, "warmup-iters": 2}
+
+
+@pytest.fixture
+def glue_workdir(tmp_path, vocab_dir, monkeypatch, keep_signal_handlers) -> Path:
+    """The current directory for one tiny fine-tuning run: vocab/, and datasets/ to write GLUE files in."""
+    shutil.copytree(vocab_dir, tmp_path / "vocab")
+    (tmp_path / "datasets").mkdir()
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def sentences(rotten_tomatoes) -> list[str]:
+    """The fixture's 2,000 real sentences, one line each."""
+    return [" ".join(text.split()) for text, _ in rotten_tomatoes]
+
+
+def fine_tune(task: str, **settings) -> Path:
+    """Train from fresh weights in the current directory with TINY_RUN and `settings` on top; the run directory."""
+    values = TINY_RUN | {"task-type": task} | {key.replace("_", "-"): value for key, value in settings.items()}
+    Path("config.ini").write_text("".join(f"{key} = {value}\n" for key, value in values.items()))
+    return main.run(main.load_config(None, []), None, False)
+
+
+def similar_pairs(sentences: list[str], similar, different) -> tuple[list[str], list[str], list]:
+    """Even i: sentence i with itself, labelled `similar`; odd i: with the first four words of
+    another sentence, labelled `different`."""
+    second = [text if i % 2 == 0 else " ".join(sentences[(i + 7) % len(sentences)].split()[:4])
+              for i, text in enumerate(sentences)]
+    return sentences, second, [similar if i % 2 == 0 else different for i in range(len(sentences))]
+
+
+def write_parquet_pairs(folder: Path, split: str, columns: tuple[str, str], pairs: tuple[list, list, list]):
+    """nyu-mll/glue's layout: folder/<split>-00000-of-00001.parquet with the task's text columns, label and idx."""
+    first, second, labels = pairs
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({columns[0]: first, columns[1]: second, "label": labels, "idx": range(len(first))}),
+                   folder / f"{split}-00000-of-00001.parquet")
+
+
+def run_settings(run_dir: Path) -> dict[str, str]:
+    """The settings the run wrote to its config.ini."""
+    lines = (run_dir / "config.ini").read_text().splitlines()
+    return dict(line.split(" = ", 1) for line in lines if " = " in line and not line.startswith("#"))
+
+
+def test_mrpc_pairs_in_parquet_train_and_score_f1_accuracy_and_their_mean(glue_workdir, sentences, capsys):
+    mrpc = glue_workdir / "datasets" / "mrpc"
+    write_parquet_pairs(mrpc, "train", glue_tasks.TASKS["mrpc"].text_columns, similar_pairs(sentences[:160], 1, 0))
+    dev = similar_pairs(sentences[-40:], 1, 0)
+    write_parquet_pairs(mrpc, "validation", glue_tasks.TASKS["mrpc"].text_columns, dev)
+    run_dir = fine_tune("mrpc", max_iters=8, lr_decay_iters=8, val_interval=4)
+    scores = validations(run_dir)
+    assert [metrics["step"] for metrics in scores] == [4, 8]
+    for metrics in scores:
+        assert set(metrics) == {"step", "loss", "f1", "accuracy", "score", "examples"}
+        assert metrics["examples"] == 40  # the whole dev split: two batches of 16 and a short one of 8
+        assert 0 <= metrics["f1"] <= 1 and 0 <= metrics["accuracy"] <= 1
+        assert metrics["score"] == pytest.approx((metrics["f1"] + metrics["accuracy"]) / 2, abs=1e-4)
+    best = checkpoints.load(run_dir / "checkpoints" / "best.pt")
+    assert best["task"] == "mrpc" and best["best"] == pytest.approx(max(m["score"] for m in scores), abs=5e-5)
+    assert len(shown_predictions(run_dir, "equivalent|not_equivalent")) == 4 * len(scores)
+
+    # classify.py labels the dev pairs as validation did: its accuracy is best.pt's
+    first, second, labels = dev
+    pairs = glue_workdir / "pairs.txt"
+    pairs.write_text("".join(f"{a} ||| {b}\n" for a, b in zip(first, second)), encoding="utf-8")
+    capsys.readouterr()  # the run's log
+    classify.main(["--cp", str(run_dir / "checkpoints" / "best.pt"), "-i", str(pairs)])
+    rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [text for _, _, text in rows] == [f"{a} ||| {b}" for a, b in zip(first, second)]
+    assert all(label in ("not_equivalent", "equivalent") and 0.5 <= float(p) <= 1 for label, p, _ in rows)
+    predicted = [("not_equivalent", "equivalent").index(label) for label, _, _ in rows]
+    at_best = next(metrics for metrics in scores if metrics["step"] == best["step"])
+    assert glue_tasks.accuracy(labels, predicted) == pytest.approx(at_best["accuracy"], abs=5e-5)
+    with pytest.raises(SystemExit) as exit_info:
+        classify.main(["--cp", str(run_dir / "checkpoints" / "best.pt"), sentences[0]])
+    assert exit_info.value.code == 2 and "a mrpc checkpoint labels sentence pairs" in capsys.readouterr().err
+
+
+def test_stsb_regression_learns_a_simple_signal(glue_workdir, sentences, capsys):
+    """Scores 5 for a sentence paired with itself, 0 for one paired with four words of another:
+    a tiny model from scratch learns to tell them apart (by how much of the input is the second
+    sentence) in 100 steps; on 60 unseen pairs, Pearson's r reaches 0.88 to 0.96 across seeds."""
+    stsb = glue_workdir / "datasets" / "stsb"
+    write_parquet_pairs(stsb, "train", glue_tasks.TASKS["stsb"].text_columns, similar_pairs(sentences[:400], 5.0, 0.0))
+    dev = similar_pairs(sentences[-60:], 5.0, 0.0)
+    write_parquet_pairs(stsb, "validation", glue_tasks.TASKS["stsb"].text_columns, dev)
+    run_dir = fine_tune("stsb", batch_size=32, learning_rate=3e-3, min_learning_rate=1e-3, warmup_iters=5,
+                        max_iters=100, lr_decay_iters=100, val_interval=100)
+    (metrics,) = validations(run_dir)
+    assert set(metrics) == {"step", "loss", "pearson", "spearman", "score", "examples"} and metrics["examples"] == 60
+    assert metrics["pearson"] > 0.7 and metrics["spearman"] > 0.5
+    assert re.search(r"^  -?\d+\.\d\d \(true [05]\.00\): \S", (run_dir / "logs" / "log.txt").read_text(), re.M)
+
+    # classify.py scores pairs as validation did: the same correlation with the labels
+    first, second, labels = dev
+    capsys.readouterr()  # the run's log
+    classify.main(["--cp", str(run_dir / "checkpoints" / "best.pt"), *(f"{a} ||| {b}" for a, b in zip(first, second))])
+    rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [text for _, text in rows] == [f"{a} ||| {b}" for a, b in zip(first, second)]
+    predicted = [float(score) for score, _ in rows]
+    assert glue_tasks.pearson(labels, predicted) == pytest.approx(metrics["pearson"], abs=1e-3)
+
+
+def write_mnli_tsv(path: Path, pairs: tuple[list, list, list]):
+    """The GLUE distribution's MNLI columns that count, labels as names."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["index\tgenre\tsentence1\tsentence2\tgold_label"] + [
+        f"{i}\tfiction\t{first}\t{second}\t{label}" for i, (first, second, label) in enumerate(zip(*pairs))]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_mnli_in_tsv_validates_on_matched_and_mismatched(glue_workdir, sentences):
+    """Both dev sets are scored whole at every validation. The matched one alone is 21 batches of 4,
+    past val-iters' default of 20 batches, which must not cut the validation short."""
+    mnli = glue_workdir / "datasets" / "MNLI"
+    write_mnli_tsv(mnli / "train.tsv", similar_pairs(sentences[:48], "entailment", "contradiction"))
+    write_mnli_tsv(mnli / "dev_matched.tsv", similar_pairs(sentences[-84:], "entailment", "neutral"))
+    write_mnli_tsv(mnli / "dev_mismatched.tsv", similar_pairs(sentences[1000:1024], "entailment", "contradiction"))
+    run_dir = fine_tune("mnli", batch_size=4, max_iters=4, lr_decay_iters=4, val_interval=4)
+    (metrics,) = validations(run_dir)
+    assert set(metrics) == {"step", "loss", "accuracy", "accuracy_mismatched", "examples"}
+    assert metrics["examples"] == 84 + 24
+    assert 0 <= metrics["accuracy"] <= 1 and 0 <= metrics["accuracy_mismatched"] <= 1
+    # best.pt goes by the matched accuracy, MNLI's first dev set
+    assert checkpoints.load(run_dir / "checkpoints" / "best.pt")["best"] == pytest.approx(metrics["accuracy"], abs=5e-5)
+    assert shown_predictions(run_dir, "entailment|neutral|contradiction")
+
+
+def test_epochs_set_max_iters_from_the_training_examples(glue_workdir, sentences):
+    write_parquet_pairs(glue_workdir / "datasets" / "mrpc", "train", glue_tasks.TASKS["mrpc"].text_columns,
+                        similar_pairs(sentences[:100], 1, 0))
+    write_parquet_pairs(glue_workdir / "datasets" / "mrpc", "validation", glue_tasks.TASKS["mrpc"].text_columns,
+                        similar_pairs(sentences[-16:], 1, 0))
+    run_dir = fine_tune("mrpc", epochs=2, max_iters=1000, lr_decay_iters=1000, val_interval=1000)
+    steps = math.ceil(2 * 100 / 16)  # 13: the last batch of an epoch may be short
+    settings = run_settings(run_dir)
+    assert settings["max-iters"] == settings["lr-decay-iters"] == str(steps)
+    assert [metrics["step"] for metrics in validations(run_dir)] == [steps]  # the run stopped there
+    assert checkpoints.load(run_dir / "checkpoints" / "checkpoint.pt")["step"] == steps
+
+
+def test_warmup_ratio_sets_warmup_iters(glue_workdir, sentences):
+    write_parquet_pairs(glue_workdir / "datasets" / "mrpc", "train", glue_tasks.TASKS["mrpc"].text_columns,
+                        similar_pairs(sentences[:64], 1, 0))
+    write_parquet_pairs(glue_workdir / "datasets" / "mrpc", "validation", glue_tasks.TASKS["mrpc"].text_columns,
+                        similar_pairs(sentences[-16:], 1, 0))
+    run_dir = fine_tune("mrpc", warmup_ratio=0.25, warmup_iters=1, max_iters=12, lr_decay_iters=12,
+                        val_interval=12)
+    assert run_settings(run_dir)["warmup-iters"] == "3"  # a quarter of 12 steps
+    rates = {int(step): float(rate) for step, rate in re.findall(
+        r"^step (\d+) \| loss \S+ \| lr (\S+) \|", (run_dir / "logs" / "log.txt").read_text(), re.M)}
+    # a linear ramp over steps 0..2 (logged after each as steps 1..3), the full rate at step 3
+    assert [rates[step] for step in (1, 2, 3, 4)] == pytest.approx([5e-4, 1e-3, 1.5e-3, 2e-3])
+
+
+def test_classify_task_takes_num_labels_classes_named_by_number(glue_workdir, sentences, capsys):
+    """`classify`: SST-2's layout with num-labels classes; its labels are shown and printed as numbers."""
+    texts = sentences[:96]
+    table = pa.table({"sentence": texts, "label": [i % 3 for i in range(len(texts))]})
+    for split in ("train", "validation"):
+        pq.write_table(table, glue_workdir / "datasets" / f"{split}-00000-of-00001.parquet")
+    run_dir = fine_tune("classify", num_labels=3, max_iters=2, lr_decay_iters=2, val_interval=2)
+    assert set(validations(run_dir)[0]) == {"step", "loss", "accuracy", "examples"}
+    assert len(shown_predictions(run_dir, "[012]")) == 4
+    capsys.readouterr()  # the run's log
+    classify.main(["--cp", str(run_dir / "checkpoints" / "best.pt"), texts[0]])
+    label, probability, text = capsys.readouterr().out.rstrip("\n").split("\t")
+    assert label in ("0", "1", "2") and 1 / 3 <= float(probability) <= 1 and text == texts[0]

@@ -213,7 +213,8 @@ def test_unknown_key_names_file_line_and_suggests(tmp_path):
     ("layer-lr-decay = 0", "layer-lr-decay = 0.0: expected a number in (0, 1]"),
     ("layer-lr-decay = 1.2", "layer-lr-decay = 1.2: expected a number in (0, 1]"),
     ("dist-master-port = 70000", "dist-master-port = 70000: expected an integer in [1, 65535]"),
-    ("task-type = bert", "task-type = 'bert': expected one of mlm, clm, electra, sst2, cola, classify"),
+    ("task-type = bert", "task-type = 'bert': expected one of mlm, clm, electra, cola, sst2, mrpc, qqp, stsb, "
+                         "mnli, qnli, rte, wnli, classify"),
     ("device = gpu", "device = 'gpu': expected auto, cpu, cuda or cuda:N"),
     ("compile = maybe", "compile = 'maybe': expected a boolean"),
 ])
@@ -386,3 +387,15 @@ def test_the_learning_rate_schedulers():
     ramped = dataclasses.replace(base, resume_warmup_iters=4)
     assert learning_rate(60, 0, ramped, resumed_at=60) == pytest.approx(learning_rate(60, 0, base) / 5)
     assert learning_rate(64, 0, ramped, resumed_at=60) == learning_rate(64, 0, base)
+
+
+def test_datasets_dir_lies_under_base_dir_unless_absolute(tmp_path):
+    relative = load_config(write_config(tmp_path, "base-dir = wiki\ndatasets-dir = datasets\n"), [])
+    assert relative.datasets_path == Path("wiki/datasets")
+    absolute = load_config(write_config(tmp_path, f"base-dir = wiki\ndatasets-dir = {tmp_path / 'data'}\n"), [])
+    assert absolute.datasets_path == tmp_path / "data"
+
+
+def test_the_original_projects_ignored_keys_load_and_set_nothing(tmp_path):
+    config = load_config(write_config(tmp_path, "case = dickens\nflash\n"), ["--flash", "false"])
+    assert config == Config() and not config.given

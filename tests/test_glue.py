@@ -1,416 +1,140 @@
-"""GLUE: every task's splits in both layouts, the layouts SST-2 and CoLA had before, pair encoding
-against transformers, metrics against scipy and hand-checked examples, the averages, submission
-files, and every bad file as a one-line error."""
-import csv
+"""scripts/glue.py: the GLUE table from a checkpoint, on small SST-2 and MRPC sets made from real sentences."""
+import importlib.util
+import json
+import subprocess
+import zipfile
+from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from scipy.stats import pearsonr, spearmanr
 
 import make_demo
-from classification_task import find_split_file, read_sentences
-from errors import UserError
-from glue import (TASKS, accuracy, cramming_average, encode_examples, f1_score, glue_task, kept_lengths,
-                  leaderboard_average, matthews_correlation, pearson, read_split, spearman, task_metrics,
-                  task_score, write_submission)
-from vocab import load_vocab
+from conftest import TEST_DEVICE
 
-ROWS = 12  # examples per split file: enough for every label of every task
-STSB_HEADER = ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2"]
-MNLI_HEADER = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse",
-               "sentence1_parse", "sentence2_parse", "sentence1", "sentence2"]
-# The GLUE distribution's headers: (train and dev files, test files); None: no header (CoLA).
-TSV_HEADERS = {
-    "cola": (None, ["index", "sentence"]),
-    "sst2": (["sentence", "label"], ["index", "sentence"]),
-    "mrpc": (["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"],
-             ["index", "#1 ID", "#2 ID", "#1 String", "#2 String"]),
-    "qqp": (["id", "qid1", "qid2", "question1", "question2", "is_duplicate"], ["id", "question1", "question2"]),
-    "stsb": (STSB_HEADER + ["score"], STSB_HEADER),
-    "mnli": (MNLI_HEADER + ["label1", "gold_label"], MNLI_HEADER),
-    "qnli": (["index", "question", "sentence", "label"], ["index", "question", "sentence"]),
-    "rte": (["index", "sentence1", "sentence2", "label"], ["index", "sentence1", "sentence2"]),
-    "wnli": (["index", "sentence1", "sentence2", "label"], ["index", "sentence1", "sentence2"]),
-    "ax": (None, ["index", "sentence1", "sentence2"]),
-}
-TSV_LABELS_AS_NAMES = {"mnli", "qnli", "rte"}  # the others' TSV files hold numbers
-SPLITS = [(name, split) for name, task in TASKS.items() for split in task.tsv_files]
+ROOT = Path(__file__).resolve().parent.parent
+RECIPE = f"""\
+[all]
+batch-size = 16
+epochs = 1
+learning-rate = 1e-3
+warmup-ratio = 0.1
+val-interval = 1000
+log-interval = 10
+pooling = mean
+device = {TEST_DEVICE}
+dtype = float32
+seq-len = 64
+
+[mrpc]
+epochs = 2
+"""
+
+
+def load_runner():
+    """scripts/glue.py by its path: `import glue` finds src/glue_tasks.py's neighbour first."""
+    spec = importlib.util.spec_from_file_location("glue_runner", ROOT / "scripts" / "glue.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_mrpc(folder: Path, sentences: list[str]):
+    """Pairs of a sentence with itself (equivalent) or with another one (not), in nyu-mll/glue's layout."""
+    folder.mkdir(parents=True)
+    for split, (start, count) in {"train": (0, 320), "validation": (400, 64), "test": (500, 48)}.items():
+        rows = range(start, start + count)
+        first = [sentences[row] for row in rows]
+        second = [sentences[row] if row % 2 else sentences[row + 1000] for row in rows]
+        labels = [row % 2 if split != "test" else -1 for row in rows]
+        table = pa.table({"sentence1": first, "sentence2": second, "label": pa.array(labels, pa.int64()),
+                          "idx": pa.array(range(count), pa.int32())})
+        pq.write_table(table, folder / f"{split}-00000-of-00001.parquet")
 
 
 @pytest.fixture(scope="module")
-def sentences(rotten_tomatoes) -> list[str]:
-    """Real sentences of one line each; pair i is (sentence i, sentence i + 1)."""
-    return [" ".join(text.split()) for text, _ in rotten_tomatoes[:ROWS + 1]]
+def glue_dir(tmp_path_factory, rotten_tomatoes):
+    directory = tmp_path_factory.mktemp("glue")
+    make_demo.write_sst2(directory / "sst2", rotten_tomatoes[::10], seed=1)
+    write_mrpc(directory / "mrpc", [make_demo.clean_sentence(text) for text, _ in rotten_tomatoes])
+    return directory
 
-
-def split_rows(task, split: str, sentences: list[str]) -> dict:
-    """What a split file holds: texts, labels (hidden in test splits) and the index."""
-    hidden = split.startswith("test")
-    if task.is_regression:
-        labels = np.full(ROWS, np.nan, np.float32) if hidden else (np.arange(ROWS) % 11 * 0.5).astype(np.float32)
-    else:
-        labels = np.full(ROWS, -1) if hidden else np.arange(ROWS) % task.num_labels
-    return {"first": sentences[:ROWS], "second": sentences[1:ROWS + 1] if task.is_pair else None,
-            "labels": labels, "index": np.arange(ROWS)}
-
-
-def write_parquet_split(directory, task, split: str, rows: dict, shards: int = 1):
-    """nyu-mll/glue's layout: directory/<task>/<split>-0000N-of-0000M.parquet, labels -1 where hidden."""
-    labels = np.where(np.isnan(rows["labels"]), -1, rows["labels"]) if task.is_regression else rows["labels"]
-    texts = [rows["first"]] + ([rows["second"]] if task.is_pair else [])
-    columns = dict(zip(task.text_columns, texts)) | {"label": labels, "idx": rows["index"]}
-    table = pa.table(columns)
-    (directory / task.name).mkdir(parents=True, exist_ok=True)
-    bounds = np.linspace(0, ROWS, shards + 1).astype(int)
-    for number in range(shards):
-        part = table.slice(bounds[number], bounds[number + 1] - bounds[number])
-        pq.write_table(part, directory / task.name / f"{split}-{number:05d}-of-{shards:05d}.parquet")
-
-
-def tsv_label(task, label) -> str:
-    if task.is_regression:
-        return f"{label:.3f}"
-    return task.label_names[label] if task.name in TSV_LABELS_AS_NAMES else str(label)
-
-
-def tsv_field(task, name: str, rows: dict, row: int) -> str:
-    texts = dict(zip(task.tsv_text_columns, [rows["first"], rows["second"]]))
-    if name in texts:
-        return texts[name][row]
-    if name in (task.tsv_label_column, "label1"):
-        return tsv_label(task, rows["labels"][row])
-    return str(rows["index"][row]) if name == task.tsv_index_column else f"{name}-{row}"
-
-
-def write_tsv_split(directory, task, split: str, rows: dict):
-    """The GLUE distribution's layout: directory/<Folder>/<file>.tsv with the task's own header."""
-    header = TSV_HEADERS[task.name][split.startswith("test")]
-    if header is None:  # CoLA's train and dev: source, label, original mark, sentence
-        lines = [f"gj04\t{label}\t{'' if label else '*'}\t{text}" for text, label in zip(rows["first"], rows["labels"])]
-    else:
-        lines = ["\t".join(header)] + ["\t".join(tsv_field(task, name, rows, row) for name in header)
-                                       for row in range(ROWS)]
-    bom = "\ufeff" if task.name == "mrpc" and not split.startswith("test") else ""  # as msr_paraphrase_train.txt
-    path = directory / task.tsv_folder / task.tsv_files[split]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(bom + "\n".join(lines) + "\n", encoding="utf-8")
-
-
-def assert_same_examples(examples, rows: dict):
-    assert examples.first == rows["first"]
-    assert examples.second == rows["second"]
-    np.testing.assert_array_equal(examples.labels, rows["labels"])
-    assert examples.labels.dtype == (np.float32 if np.issubdtype(rows["labels"].dtype, np.floating) else np.int64)
-    np.testing.assert_array_equal(examples.index, rows["index"])
-
-
-# ----------------------------------------------------------------------------- the table
-
-def test_the_table_holds_glue_as_issue_27_lists_it():
-    assert list(TASKS) == ["cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli", "ax"]
-    assert TASKS["cola"].label_names == ("unacceptable", "acceptable")
-    assert TASKS["mrpc"].label_names == ("not_equivalent", "equivalent")
-    assert TASKS["qqp"].label_names == ("not_duplicate", "duplicate")
-    assert TASKS["mnli"].label_names == TASKS["ax"].label_names == ("entailment", "neutral", "contradiction")
-    assert TASKS["qnli"].label_names == TASKS["rte"].label_names == ("entailment", "not_entailment")
-    assert TASKS["wnli"].label_names == ("not_entailment", "entailment")  # reversed
-    assert TASKS["stsb"].is_regression and TASKS["stsb"].num_labels == 1 and TASKS["mnli"].num_labels == 3
-    assert TASKS["mnli"].dev_splits == ("validation_matched", "validation_mismatched")
-    assert {task.metrics for task in TASKS.values()} == {
-        ("matthews",), ("accuracy",), ("f1", "accuracy"), ("pearson", "spearman"), ()}
-    assert sorted(file for task in TASKS.values() for file in task.submission_files.values()) == sorted(
-        ["CoLA.tsv", "SST-2.tsv", "MRPC.tsv", "STS-B.tsv", "QQP.tsv", "MNLI-m.tsv", "MNLI-mm.tsv", "QNLI.tsv",
-         "RTE.tsv", "WNLI.tsv", "AX.tsv"])
-    assert {task.name for task in TASKS.values() if task.server_wants_names} == {"mnli", "ax", "qnli", "rte"}
-
-
-def test_task_names_as_glue_spells_them_and_a_did_you_mean():
-    assert glue_task("SST-2") is TASKS["sst2"] and glue_task("STS-B") is TASKS["stsb"]
-    with pytest.raises(UserError, match="unknown GLUE task 'mrcp'; did you mean mrpc"):
-        glue_task("mrcp")
-
-
-# ----------------------------------------------------------------------------- reading
-
-@pytest.mark.parametrize("task_name, split", SPLITS)
-def test_every_split_reads_the_same_from_parquet_and_tsv(tmp_path, sentences, task_name, split):
-    """Labels as names (MNLI's TSV) and numbers (parquet) mean the same; MRPC's byte-order mark,
-    CoLA's missing header and MNLI's two dev sets are read as the real files have them."""
-    task = TASKS[task_name]
-    rows = split_rows(task, split, sentences)
-    write_parquet_split(tmp_path / "hf", task, split, rows, shards=2 if split == "train" else 1)
-    write_tsv_split(tmp_path / "glue_data", task, split, rows)
-    for layout in ("hf", "glue_data"):
-        examples = read_split(tmp_path / layout, task_name, split)
-        assert_same_examples(examples, rows)
-        assert examples.labels_hidden == split.startswith("test")
-
-
-def test_parquet_shards_are_read_in_order_and_a_missing_one_is_named(tmp_path, sentences):
-    task = TASKS["qnli"]
-    rows = split_rows(task, "train", sentences)
-    write_parquet_split(tmp_path, task, "train", rows, shards=3)
-    examples = read_split(tmp_path, "qnli", "train")
-    assert_same_examples(examples, rows)
-    assert [path.name for path in examples.files] == [f"train-0000{n}-of-00003.parquet" for n in range(3)]
-    (tmp_path / "qnli" / "train-00001-of-00003.parquet").unlink()
-    with pytest.raises(UserError, match=r"qnli: train-00001-of-00003.parquet is missing \(2 of the split's 3"):
-        read_split(tmp_path, "qnli", "train")
-
-
-def test_val_means_the_first_dev_split_and_mnli_has_no_plain_validation(tmp_path, sentences):
-    for split in ("validation_matched", "validation_mismatched"):
-        write_parquet_split(tmp_path, TASKS["mnli"], split, split_rows(TASKS["mnli"], split, sentences))
-    assert read_split(tmp_path, "mnli", "val").files[0].name.startswith("validation_matched-")
-    with pytest.raises(UserError, match="mnli has no split 'validation'; its splits: train, validation_matched"):
-        read_split(tmp_path, "mnli", "validation")
-
-
-def test_the_sst2_layout_make_demo_writes_reads_as_the_classification_task_reads_it(tmp_path, rotten_tomatoes):
-    make_demo.write_sst2(tmp_path, rotten_tomatoes, seed=123)  # parquet in the dir, TSV in dir/SST-2
-    for split in ("train", "val", "test"):
-        old = read_sentences(find_split_file(tmp_path, split))
-        new = read_split(tmp_path, "sst2", split)
-        assert new.first == old.texts and new.second is None
-        np.testing.assert_array_equal(new.labels, old.labels)
-        np.testing.assert_array_equal(new.index, old.index)
-    for path in tmp_path.glob("*.parquet"):
-        path.unlink()
-    tsv = read_split(tmp_path, "sst2", "val")
-    assert tsv.files == (tmp_path / "SST-2" / "dev.tsv",)
-    assert tsv.first == read_sentences(tmp_path / "SST-2" / "dev.tsv").texts
-
-
-def test_cola_and_sst2_tsv_files_directly_in_the_directory(tmp_path, sentences):
-    """The layout classification_task read too: dev.tsv with no task folder around it."""
-    for name in ("cola", "sst2"):
-        rows = split_rows(TASKS[name], "validation", sentences)
-        write_tsv_split(tmp_path / name, TASKS[name], "validation", rows)
-        flat = tmp_path / name / TASKS[name].tsv_folder
-        assert_same_examples(read_split(flat, name, "val"), rows)
-
-
-def test_qqp_as_distributed_quotes_broken_rows_and_empty_questions(tmp_path, sentences):
-    """QQP's train.tsv: a question starting with a quote is text, rows cut in two by a newline in a
-    question are left out (as Hugging Face's loader does), and an empty question2 (two in the real
-    train split) is kept."""
-    header = "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate"
-    lines = [header, f'0\t1\t2\t"Why" is {sentences[0]}\t{sentences[1]}\t1',
-             f"1\t3\t4\t{sentences[2]}\tWhat is the first half of", "a question?\t0",
-             f"2\t5\t6\t{sentences[3]}\t\t0"]
-    (tmp_path / "QQP").mkdir()
-    (tmp_path / "QQP" / "train.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    examples = read_split(tmp_path, "qqp", "train")
-    assert examples.first == [f'"Why" is {sentences[0]}', sentences[3]]
-    assert examples.second == [sentences[1], ""]
-    assert examples.labels.tolist() == [1, 0] and examples.index.tolist() == [0, 2]
-    assert examples.skipped_lines == (3, 4)
-
-
-# ----------------------------------------------------------------------------- bad files
-
-def parquet_file(task_name: str, split: str, columns: dict):
-    def write(directory):
-        folder = directory / task_name
-        folder.mkdir()
-        pq.write_table(pa.table(columns), folder / f"{split}-00000-of-00001.parquet")
-    return write
-
-
-def tsv_file(folder: str, name: str, text: str):
-    def write(directory):
-        (directory / folder).mkdir()
-        (directory / folder / name).write_text(text, encoding="utf-8")
-    return write
-
-
-PAIRS = {"sentence1": ["A man is playing a flute.", "A dog runs."], "sentence2": ["A man plays.", "A cat sleeps."]}
-BAD_FILES = [  # (task, split, what is written, what the one-line error says)
-    ("sst2", "train", parquet_file("sst2", "train", {"sentence": ["good", "bad"], "label": ["1", "maybe"]}),
-     "sst2/train-00000-of-00001.parquet: row 2, column label: expected 0 to 1 or negative, positive, found 'maybe'"),
-    ("mnli", "validation_matched", parquet_file("mnli", "validation_matched", {
-        "premise": ["It rains.", "It snows."], "hypothesis": ["It is wet.", "It is cold."], "label": [3, 0]}),
-     "validation_matched-00000-of-00001.parquet: row 1, column label: expected 0 to 2 or entailment, neutral, "
-     "contradiction, found 3"),
-    ("cola", "train", parquet_file("cola", "train", {"sentence": ["He left.", "Left he."], "label": [1, None]}),
-     "row 2, column label: expected 0 to 1 or unacceptable, acceptable, found None"),
-    ("cola", "train", parquet_file("cola", "train", {"sentence": ["He left.", "Left he."], "label": [1, -1]}),
-     "row 2, column label: found -1, a hidden label, outside a test split"),
-    ("rte", "train", parquet_file("rte", "train", PAIRS | {"sentence2": ["A man plays.", " "], "label": [0, 1]}),
-     "rte/train-00000-of-00001.parquet: row 2, column sentence2: empty sentence"),
-    ("rte", "train", parquet_file("rte", "train", PAIRS | {"sentence1": [None, "A dog runs."], "label": [0, 1]}),
-     "row 1, column sentence1: expected text, found None"),
-    ("stsb", "train", parquet_file("stsb", "train", PAIRS | {"label": [4.2, 5.5]}),
-     "row 2, column label: expected a similarity score from 0 to 5, found 5.5"),
-    ("stsb", "validation", parquet_file("stsb", "validation", PAIRS | {"label": [-1.0, 2.0]}),
-     "validation-00000-of-00001.parquet: row 1, column label: expected a similarity score from 0 to 5, found -1.0"),
-    ("stsb", "train", parquet_file("stsb", "train", PAIRS | {"label": ["high", "low"]}),
-     "row 1, column label: expected a similarity score from 0 to 5, found 'high'"),
-    ("mrpc", "train", parquet_file("mrpc", "train", {"sentence1": ["A man plays."], "label": [1]}),
-     "mrpc/train-00000-of-00001.parquet: missing column sentence2 (columns: sentence1, label)"),
-    ("wnli", "train", parquet_file("wnli", "train", PAIRS | {"label": [0, 1], "idx": [0.0, 1.5]}),
-     "row 2, column idx: expected an integer, found 1.5"),
-    ("sst2", "validation", tsv_file("SST-2", "dev.tsv", "sentence\tlabel\ngood film\t1\nbad film\t2\n"),
-     "SST-2/dev.tsv: line 3, column label: expected 0 to 1 or negative, positive, found '2'"),
-    ("mnli", "validation_mismatched",
-     tsv_file("MNLI", "dev_mismatched.tsv", "index\tsentence1\tsentence2\tgold_label\n0\tIt rains.\tIt is wet.\t-\n"),
-     "MNLI/dev_mismatched.tsv: line 2, column gold_label: expected 0 to 2 or entailment, neutral, contradiction, "
-     "found '-'"),
-    ("stsb", "train", tsv_file("STS-B", "train.tsv", "index\tsentence1\tsentence2\tscore\n0\tA.\tB.\t6.000\n"),
-     "STS-B/train.tsv: line 2, column score: expected a similarity score from 0 to 5, found '6.000'"),
-    ("qnli", "train", tsv_file("QNLI", "train.tsv", "index\tquestion\tsentence\tlabel\n0\tWho?\tHe.\tentailment\n"
-                                                    "1\t  \tShe.\tnot_entailment\n"),
-     "QNLI/train.tsv: line 3, column question: empty sentence"),
-    ("mrpc", "train", tsv_file("MRPC", "train.tsv", "Quality\t#1 ID\t#2 ID\t#1 String\n1\t1\t2\tA man plays.\n"),
-     "MRPC/train.tsv: line 1: missing column #2 String (header: Quality, #1 ID, #2 ID, #1 String)"),
-    ("rte", "validation", tsv_file("RTE", "dev.tsv", "index\tsentence1\tsentence2\n0\tIt rains.\tIt is wet.\n"),
-     "RTE/dev.tsv: line 1: missing column label (header: index, sentence1, sentence2)"),
-    ("rte", "train",
-     tsv_file("RTE", "train.tsv", "index\tsentence1\tsentence2\tlabel\n0\tA.\tB.\tentailment\n1\tC.\tD.\n"),
-     "RTE/train.tsv: line 3, column label: missing (the line has 3 tab-separated fields)"),
-    ("cola", "train", tsv_file("CoLA", "train.tsv", "gj04\t1\t\tHe left.\ngj04\tx\t*\tLeft he.\n"),
-     "CoLA/train.tsv: line 2, column label: expected 0 to 1 or unacceptable, acceptable, found 'x'"),
-    ("rte", "validation", lambda directory: None,
-     "no rte validation split: expected rte/validation-00000-of-00001.parquet (Hugging Face) "
-     "or RTE/dev.tsv (GLUE TSV)"),
-    ("sst2", "train", tsv_file("sst2", "train-00000-of-00001.parquet", "not parquet"),
-     "sst2/train-00000-of-00001.parquet: not a readable parquet file"),
-]
-
-
-@pytest.mark.parametrize("task_name, split, write, message", BAD_FILES)
-def test_a_bad_file_is_one_line_naming_the_file_row_and_column(tmp_path, task_name, split, write, message):
-    write(tmp_path)
-    with pytest.raises(UserError) as error:
-        read_split(tmp_path, task_name, split)
-    assert message in str(error.value)
-    assert "\n" not in str(error.value)
-
-
-# ----------------------------------------------------------------------------- pair encoding
 
 @pytest.fixture(scope="module")
-def synthetic_vocab(tmp_path_factory):
-    """One word piece per word w0, w1, ...: a pair of n and m words is n and m pieces long."""
-    path = tmp_path_factory.mktemp("synthetic_vocab") / "vocab.txt"
-    path.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(20)]) + "\n")
-    return path
+def checkpoint(mlm_trained_run):
+    return mlm_trained_run / "runs" / "run0" / "checkpoints" / "best.pt"
 
 
-def test_pairs_are_cut_as_transformers_cuts_them(synthetic_vocab):
-    """The longer side first; when both are cut, each keeps half, the longer the odd piece."""
-    from transformers import BertTokenizer
-    reference = BertTokenizer(str(synthetic_vocab))
-    words = [f"w{i}" for i in range(20)]
-    for first in range(1, 13):
-        for second in range(1, 13):
-            for seq_len in range(4, 20):
-                encoded = reference(" ".join(words[:first]), " ".join(words[:second]), truncation="longest_first",
-                                    max_length=seq_len)
-                kept = (encoded["token_type_ids"].count(0) - 2, encoded["token_type_ids"].count(1) - 1)
-                assert kept_lengths(first, second, seq_len - 3) == kept, (first, second, seq_len)
-    assert kept_lengths(10, 3, 5) == (3, 2) and kept_lengths(10, 10, 5) == (2, 3)
+@pytest.fixture(scope="module")
+def finished(checkpoint, glue_dir, tmp_path_factory):
+    """Two tasks, two seeds each: the table, the scores and the submission."""
+    work = tmp_path_factory.mktemp("glue_work")
+    recipe = work / "recipe.ini"
+    recipe.write_text(RECIPE, encoding="utf-8")
+    arguments = ["--cp", str(checkpoint), "--glue-dir", str(glue_dir), "--tasks", "mrpc", "sst2", "--seeds", "2",
+                 "--recipe", str(recipe), "-o", str(work / "out")]
+    load_runner().main(arguments)
+    return work / "out", arguments
 
 
-def test_encoded_pairs_match_transformers_on_real_sentences(vocab_dir, imdb_reviews):
-    from transformers import BertTokenizer
-    vocab = load_vocab(vocab_dir)
-    reference = BertTokenizer(str(vocab_dir / "vocab.txt"), do_lower_case=vocab.lowercase)
-    first, second = imdb_reviews[:40:2], imdb_reviews[1:40:2]
-    for seq_len in (16, 128):
-        encoded = encode_examples(vocab, first, second, seq_len)
-        expected = reference(first, second, truncation="longest_first", max_length=seq_len)
-        for row in range(len(first)):
-            start, end = encoded.offsets[row], encoded.offsets[row + 1]
-            assert encoded.tokens[start:end].tolist() == expected["input_ids"][row]
-            assert encoded.segments[start:end].tolist() == expected["token_type_ids"][row]
-        assert encoded.lengths.max() == seq_len
+def test_the_table_has_each_tasks_metrics_over_seeds(finished):
+    out, _ = finished
+    table = (out / "results.md").read_text()
+    for row in ("| sst2 | accuracy |", "| mrpc | f1 |", "| mrpc | accuracy |"):
+        assert row in table
+    assert "n/a (not every task ran)" in table
+    report = json.loads((out / "results.json").read_text())
+    assert sorted((run["task"], run["seed"]) for run in report["runs"]) == [("mrpc", 1), ("mrpc", 2),
+                                                                            ("sst2", 1), ("sst2", 2)]
+    mrpc = [run["metrics"] for run in report["runs"] if run["task"] == "mrpc"]
+    assert all(metrics["examples"] == 64 and 0 <= metrics["f1"] <= 1 for metrics in mrpc)
+    assert report["medians"]["sst2"]["accuracy"] == pytest.approx(
+        sorted(run["metrics"]["accuracy"] for run in report["runs"] if run["task"] == "sst2")[0] / 2
+        + sorted(run["metrics"]["accuracy"] for run in report["runs"] if run["task"] == "sst2")[1] / 2)
 
 
-def test_segments_and_padding_of_a_pair_and_a_single_sentence(vocab_dir):
-    vocab = load_vocab(vocab_dir)
-    a, b = vocab.encode(["a good film", "it was bad"])
-    pair = encode_examples(vocab, ["a good film"], ["it was bad"], 64)
-    assert pair.tokens.tolist() == [vocab.cls_id, *a, vocab.sep_id, *b, vocab.sep_id]
-    assert pair.segments.tolist() == [0] * (len(a) + 2) + [1] * (len(b) + 1)
-    single = encode_examples(vocab, ["a good film", "it was bad " * 40], None, 16)
-    assert single.tokens[:len(a) + 2].tolist() == [vocab.cls_id, *a, vocab.sep_id]
-    assert single.lengths.tolist() == [len(a) + 2, 16] and not single.segments.any()
-    input_ids, segments, real = pair.padded(np.array([0]), 16, vocab.pad_id)
-    length = len(a) + len(b) + 3
-    assert (input_ids[0, length:] == vocab.pad_id).all() and not segments[0, length:].any()
-    assert real[0].sum() == length and segments[0].sum() == len(b) + 1
+def test_epochs_from_the_recipe_decide_each_runs_length(finished):
+    out, _ = finished
+    saved = (out / "runs" / "mrpc-seed1" / "config.ini").read_text()
+    assert "max-iters = 40" in saved  # 2 epochs of 320 pairs at batch 16
+    assert "warmup-iters = 4" in saved
 
 
-# ----------------------------------------------------------------------------- metrics
-
-def test_correlations_match_scipy_with_ties():
-    rng = np.random.default_rng(0)
-    labels = np.round(rng.uniform(0, 5, 200) * 2) / 2  # STS-B-like, many ties
-    predictions = np.round(labels + rng.normal(0, 1, 200), 1)
-    assert pearson(labels, predictions) == pytest.approx(pearsonr(labels, predictions)[0], abs=1e-12)
-    assert spearman(labels, predictions) == pytest.approx(spearmanr(labels, predictions)[0], abs=1e-12)
-    assert pearson(labels, np.full(200, 2.5)) == 0.0  # scipy: NaN and a warning
-
-
-def test_matthews_f1_and_accuracy_by_hand():
-    # tp 1, tn 2, fp 0, fn 1: (1*2 - 0*1) / sqrt((1+0)(1+1)(2+0)(2+1)) = 2 / sqrt(12)
-    assert matthews_correlation([1, 1, 0, 0], [1, 0, 0, 0]) == pytest.approx(2 / np.sqrt(12))
-    tn, fp, fn, tp = 50, 10, 5, 35
-    labels = np.repeat([0, 0, 1, 1], [tn, fp, fn, tp])
-    predictions = np.repeat([0, 1, 0, 1], [tn, fp, fn, tp])
-    expected = (tp * tn - fp * fn) / np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
-    assert matthews_correlation(labels, predictions) == pytest.approx(expected)
-    assert matthews_correlation(labels, np.zeros_like(labels)) == 0.0  # one class always: undefined
-    # tp 2, fp 1, fn 1: precision = recall = 2/3, so F1 = 2/3
-    assert f1_score([1, 1, 1, 0, 0], [1, 1, 0, 1, 0]) == pytest.approx(2 / 3)
-    assert f1_score([1, 0], [0, 0]) == 0.0
-    assert accuracy([1, 1, 1, 0, 0], [1, 1, 0, 1, 0]) == pytest.approx(0.6)
+def test_hidden_test_labels_give_the_servers_files_and_a_zip(finished):
+    out, _ = finished
+    lines = (out / "submission" / "MRPC.tsv").read_text().splitlines()
+    assert lines[0] == "index\tprediction" and len(lines) == 49
+    assert {line.split("\t")[1] for line in lines[1:]} <= {"0", "1"}
+    assert not (out / "submission" / "SST-2.tsv").exists()  # its test labels are known: scored, not submitted
+    with zipfile.ZipFile(out / "submission.zip") as bundle:
+        assert bundle.namelist() == ["MRPC.tsv"]
 
 
-def test_a_task_with_two_metrics_scores_their_mean():
-    metrics = task_metrics(TASKS["mrpc"], np.array([1, 1, 1, 0, 0]), np.array([1, 1, 0, 1, 0]))
-    assert metrics == pytest.approx({"f1": 2 / 3, "accuracy": 0.6})
-    assert task_score(TASKS["mrpc"], metrics | {"loss": 0.5}) == pytest.approx((2 / 3 + 0.6) / 2)
-    assert set(task_metrics(TASKS["stsb"], np.array([1.0, 2, 3]), np.array([1.5, 2, 2.5]))) == {"pearson", "spearman"}
+def test_a_second_call_runs_nothing_again_and_a_lost_run_is_redone(finished, monkeypatch):
+    out, arguments = finished
+    runner = load_runner()
+    calls = []
+    monkeypatch.setattr(runner.subprocess, "run", lambda command: calls.append(command) or subprocess.CompletedProcess(
+        command, 0))
+    before = (out / "results.md").read_text()
+    runner.main(arguments)
+    assert calls == [] and (out / "results.md").read_text() == before
+    (out / "scores" / "sst2-seed2.json").unlink()  # as if stopped while scoring
+    runner.main(arguments)
+    assert len(calls) == 1 and "--run-id" in calls[0] and "sst2-seed2" in calls[0]
+    assert calls[0][calls[0].index("--cp") + 1].endswith("checkpoint.pt")  # resumes its own run
 
 
-BERT_LARGE_TEST = {  # the BERT paper's GLUE test results for BERT-large, as fractions
-    "cola": {"matthews": 0.605}, "sst2": {"accuracy": 0.949}, "mrpc": {"f1": 0.893, "accuracy": 0.854},
-    "stsb": {"pearson": 0.876, "spearman": 0.865}, "qqp": {"f1": 0.721, "accuracy": 0.893},
-    "mnli_matched": {"accuracy": 0.867}, "mnli_mismatched": {"accuracy": 0.859}, "qnli": {"accuracy": 0.927},
-    "rte": {"accuracy": 0.701}, "wnli": {"accuracy": 0.651}}
-
-
-def test_the_averages_give_the_published_numbers():
-    assert leaderboard_average(BERT_LARGE_TEST) == pytest.approx(0.805, abs=5e-4)  # the leaderboard's 80.5
-    assert cramming_average(BERT_LARGE_TEST) == pytest.approx(0.821, abs=5e-4)  # the BERT paper's 82.1
-    without_rte = {name: metrics for name, metrics in BERT_LARGE_TEST.items() if name != "rte"}
-    assert leaderboard_average(without_rte) is None and cramming_average(without_rte) is None
-    assert cramming_average({name: m for name, m in BERT_LARGE_TEST.items() if name != "wnli"}) is not None
-
-
-# ----------------------------------------------------------------------------- submission files
-
-@pytest.mark.parametrize("task_name, split", [(name, split) for name, task in TASKS.items()
-                                              for split in task.submission_files])
-def test_submission_files_as_the_glue_server_wants_them(tmp_path, sentences, task_name, split):
-    task = TASKS[task_name]
-    rows = split_rows(task, split, sentences) | {"index": np.arange(ROWS) + 100}
-    write_tsv_split(tmp_path, task, split, rows)
-    examples = read_split(tmp_path, task_name, split)
-    predictions = (np.arange(ROWS) % 11 * 0.5 if task.is_regression else np.arange(ROWS) % task.num_labels)
-    path = write_submission(tmp_path, task, split, predictions, examples.index)
-    assert path.name == task.submission_files[split]
-    with path.open(newline="", encoding="utf-8") as file:
-        lines = list(csv.reader(file, delimiter="\t"))
-    assert lines[0] == ["index", "prediction"] and [int(i) for i, _ in lines[1:]] == list(range(100, 100 + ROWS))
-    shown = [prediction for _, prediction in lines[1:]]
-    if task.is_regression:
-        assert shown[:3] == ["0.000", "0.500", "1.000"]
-    elif task.server_wants_names:
-        assert shown[:3] == [task.label_names[i % task.num_labels] for i in range(3)]
-    else:
-        assert shown[:3] == ["0", "1", "0"]
+@pytest.mark.parametrize("options, message", [
+    (["--tasks", "mrcp"], "unknown GLUE task 'mrcp'; did you mean mrpc?"),
+    (["--tasks", "qnli"], "no data for qnli (found: none)"),
+    (["--tasks", "sst2", "--seeds", "0"], "--seeds 0: expected at least 1"),
+])
+def test_bad_input_is_one_line(checkpoint, glue_dir, tmp_path, capsys, options, message):
+    with pytest.raises(SystemExit) as exit_info:
+        load_runner().main(["--cp", str(checkpoint), "--glue-dir", str(glue_dir), "-o", str(tmp_path / "out"),
+                            *options])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("error: ") and message in error and "\n" not in error
+    assert not (tmp_path / "out").exists()

@@ -213,10 +213,10 @@ class Column(NamedTuple):
 Place = Callable[[int], str]  # row number from 0 -> "row 3" (parquet) or "line 4" (TSV)
 
 
-def read_split(directory: Path, task_name: str, split: str) -> Examples:
+def read_split(directory: Path, task: "GlueTask | str", split: str) -> Examples:
     """A task's split found under `directory` (see find_split_files), checked: any bad value is a
     one-line UserError naming the file, row or line, and column."""
-    task = glue_task(task_name)
+    task = glue_task(task) if isinstance(task, str) else task
     split = task_split(task, split)
     files = find_split_files(directory, task, split)
     reader = read_parquet_examples if files[0].suffix == ".parquet" else read_tsv_examples
