@@ -233,7 +233,7 @@ class Trainer:
         """The task's model with every weight of a checkpoint of this task."""
         model = self.build_model(saved)
         checkpoints.check_compatible(path, saved, self.task.vocab, model.config)
-        model.load_state_dict(saved["model"])
+        checkpoints.load_weights(model, saved["model"], path)
         return model
 
     def new_run_dir(self) -> Path:
