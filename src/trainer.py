@@ -205,7 +205,7 @@ class Trainer:
         run.log_sums = sums[self.rank] if self.rank < len(sums) else None
         if self.rank < len(states):
             checkpoints.restore_random_states(states[self.rank], run.mask_generator)
-        else:
+        if len(states) < self.world_size:  # said by rank 0, the one that logs
             log(f"note: the checkpoint holds random states for {len(states)} process(es); "
                 f"ranks {len(states)} and up start from fresh seeds")
         run.step, run.best, run.position = saved["step"], saved.get("best"), saved.get("data_position")

@@ -347,6 +347,14 @@ def test_layer_lr_decay_sets_the_rates_and_a_resumed_run_keeps_it(mlm_workdir, c
     assert load(Path("runs/run0/checkpoints/checkpoint.pt"))["step"] == 4
 
 
+def test_resuming_with_more_processes_than_saved_says_so_in_the_log(mlm_workdir, skip_flops_measurement):
+    run_to(2, "--val-interval", "2")
+    config = main.load_config(None, ["--max-iters", "3"])
+    main.run(config, Path("runs/run0/checkpoints/checkpoint.pt"), False, rank=0, world_size=2)  # rank 0 of --nproc 2
+    log = Path("runs/run0/logs/log.txt").read_text(encoding="utf-8")
+    assert "note: the checkpoint holds random states for 1 process(es); ranks 1 and up start from fresh seeds" in log
+
+
 def test_second_run_gets_its_own_directory(mlm_workdir, skip_flops_measurement):
     run_to(2)
     first_log = Path("runs/run0/logs/log.txt").read_text(encoding="utf-8")
