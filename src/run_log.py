@@ -25,8 +25,12 @@ def create_run_dir(runs_dir: Path, run_id: str = "") -> Path:
         try:
             run_dir.mkdir()
         except FileExistsError:
-            raise UserError(f"run-id = {run_id}: {run_dir} exists; resume it with --cp "
-                            f"{run_dir / 'checkpoints' / 'checkpoint.pt'}, or choose another run-id") from None
+            latest = run_dir / "checkpoints" / "checkpoint.pt"
+            if not latest.is_file():  # a run killed before its first save, or one still starting
+                raise UserError(f"run-id = {run_id}: {run_dir} exists but holds no checkpoint to resume; "
+                                f"remove it, or choose another run-id") from None
+            raise UserError(f"run-id = {run_id}: {run_dir} exists; resume it with --cp {latest}, "
+                            f"or choose another run-id") from None
         return run_dir
     number = 0
     while True:

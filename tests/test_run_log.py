@@ -78,3 +78,11 @@ def test_a_disk_full_at_the_start_is_one_line_and_leaves_no_run(mlm_workdir, cap
     lines = error_lines(capsys)
     assert len(lines) == 1 and lines[0].startswith("error: no space left on device writing "), lines
     assert not any((mlm_workdir / "runs").iterdir())
+
+
+def test_a_run_id_whose_run_saved_no_checkpoint_is_not_offered_for_resuming(tmp_path):
+    (tmp_path / "runs" / "first-try" / "logs").mkdir(parents=True)  # killed before its first checkpoint
+    with pytest.raises(run_log.UserError) as error:
+        run_log.create_run_dir(tmp_path / "runs", "first-try")
+    assert str(error.value) == (f"run-id = first-try: {tmp_path / 'runs' / 'first-try'} exists but holds no "
+                                "checkpoint to resume; remove it, or choose another run-id")
