@@ -1,8 +1,10 @@
 """The command line: every user mistake ends with exit code 2 and one line `error: ...` on stderr,
 never a traceback; --help exits 0. Each case is a real `python src/main.py` process."""
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -115,3 +117,16 @@ def test_help_exits_0_and_lists_the_options(outcomes):
     for option in ("--config", "--cp", "--test", "--KEY VALUE"):
         assert option in result.stdout
     assert result.stderr == ""
+
+
+@pytest.mark.parametrize("delay", [0.3, 0.8])
+def test_ctrl_c_while_starting_is_one_line_and_exit_130(mlm_workdir_factory, tmp_path, delay):
+    """Seconds pass importing torch before main() runs: Ctrl-C then is one line too."""
+    workdir = mlm_workdir_factory(tmp_path / "work")
+    process = subprocess.Popen([sys.executable, str(ROOT / "src" / "main.py")], cwd=workdir,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert (process.returncode, stderr) == (130, "interrupted\n")
+    assert not (workdir / "runs").exists()
