@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+import torch
 from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
@@ -22,7 +23,8 @@ from atomic import atomic_write  # noqa: E402
 from config import CLASSIFICATION_TASKS  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from hf_weights import to_hf  # noqa: E402
-from model import INIT_STD  # noqa: E402
+from model import (INIT_STD, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification,  # noqa: E402
+                   ModelConfig)
 from vocab import Vocab  # noqa: E402
 
 # An ELECTRA checkpoint exports its discriminator, the encoder that fine-tuning keeps; an imported
@@ -40,6 +42,22 @@ def check_exportable(path: Path, checkpoint: dict):
         value = checkpoint["model_config"].get(key, bert_value)
         if value != bert_value:
             raise UserError(f"{path}: {key} = {value}: transformers' BERT has only {key} = {bert_value}")
+
+
+def check_weights(path: Path, checkpoint: dict):
+    """The weights fit the checkpoint's architecture and hold the whole encoder: a damaged file is
+    named, not exported."""
+    config = ModelConfig(**checkpoint["model_config"])
+    kind = BertForMaskedLM if checkpoint["task"] == "mlm" else BertForSequenceClassification
+    if checkpoint["task"] == "mlm" and config.sentence_classes:
+        kind = BertForPreTraining
+    with torch.device("meta"):  # shapes only: nothing allocated, nothing initialised
+        reference = kind(config)
+    checkpoints.check_shapes(path, checkpoint["model"], reference)
+    weights = checkpoint["model"]
+    missing = [name for name in reference.state_dict() if name.startswith("encoder.") and name not in weights]
+    if missing:
+        raise UserError(f"{path}: a damaged checkpoint: weights missing: {', '.join(missing[:3])}")
 
 
 def hf_config(checkpoint: dict) -> dict:
@@ -71,6 +89,7 @@ def tokenizer_files(vocab: Vocab, max_len: int) -> dict[str, str]:
 
 def export(checkpoint_path: Path, out_dir: Path):
     checkpoint = checkpoints.load(checkpoint_path)
+    check_weights(checkpoint_path, checkpoint)
     check_exportable(checkpoint_path, checkpoint)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ start fresh when training begins, and the log says so.
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import torch
@@ -46,7 +47,9 @@ def read_weights(directory: Path) -> dict[str, torch.Tensor]:
             raise UserError(f"{directory / 'model.safetensors'}: not readable ({error})") from None
     if (directory / "pytorch_model.bin").is_file():
         try:
-            return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
+            with warnings.catch_warnings():  # torch warns about a refused pickle too: the error line says it
+                warnings.simplefilter("ignore")
+                return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
         except Exception as error:  # torch raises many kinds for a bad file
             raise UserError(f"{directory / 'pytorch_model.bin'}: not readable ({error.__class__.__name__})") from None
     raise UserError(f"{directory}: no model.safetensors or pytorch_model.bin")
@@ -73,6 +76,15 @@ def task_of(weights: dict) -> tuple[str, type]:
     return "encoder", BertForSequenceClassification  # has a pooler slot too; any head starts fresh
 
 
+def check_shapes(directory: Path, weights: dict, model) -> None:
+    """config.json must describe the weights (hidden_size 128 over 64-wide weights does not)."""
+    own = model.state_dict()
+    for name, tensor in weights.items():
+        if name in own and own[name].shape != tensor.shape:
+            raise UserError(f"{directory / 'config.json'}: does not fit the weights: {name} has shape "
+                            f"{list(tensor.shape)} in them, {list(own[name].shape)} by config.json")
+
+
 def convert(directory: Path, output: Path) -> dict:
     config = read_config(directory)
     vocab = load_vocab(directory)
@@ -82,7 +94,8 @@ def convert(directory: Path, output: Path) -> dict:
     task, model_class = task_of(weights)
     architecture = model_config(config, vocab, sentence_classes=2 if model_class is BertForPreTraining else 0)
     model = model_class(architecture)
-    missing, unexpected = model.load_state_dict(weights, strict=False)  # checks every shape
+    check_shapes(directory, weights, model)
+    missing, unexpected = model.load_state_dict(weights, strict=False)
     if any(name.startswith("encoder.") for name in missing) or unexpected:
         raise UserError(f"{directory}: weights do not fit a BERT: missing {missing[:3]}, unexpected {unexpected[:3]}")
     settings = Config(task_type="mlm" if task == "encoder" else task, seq_len=architecture.max_len,

@@ -30,7 +30,7 @@ from config import SENTENCE_OBJECTIVES  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from input_files import expand_inputs, read_chunks, short_lines  # noqa: E402
 from preparation import (SPLITS, SplitWriter, add_shared_arguments, check_shared_arguments,  # noqa: E402
-                         masking_rule, prepare_output_dir, print_written, split_summary)
+                         masking_rule, output_dir, print_written, split_summary)
 from sentence_pairs import PairMaker, encode_documents, pair_sample  # noqa: E402
 from vocab import load_vocab  # noqa: E402
 
@@ -185,15 +185,15 @@ def main(argv=None):
         raise UserError(f"--chunk-mb {args.chunk_mb}: expected a positive size")
     files = expand_inputs(args.input)
     vocab = load_vocab(args.vocab)
-    prepare_output_dir(args.output)
     chunk_bytes = max(1, int(args.chunk_mb * 2**20))
-    with SplitWriter(args.output, args.label, vocab, seq_len=args.seq_len, seed=args.seed, masking=args.masking,
-                     copies=args.copies, rule=masking_rule(args), source_files=files,
-                     created_by="prepare_mlm_dataset.py", pairs=args.pairs) as writer:
-        if args.pairs != "none":
-            maker = prepare_pairs(files, vocab, writer, args.seq_len, chunk_bytes, args.pairs, args.seed)
-        else:
-            packer = prepare(files, vocab, writer, args.seq_len, chunk_bytes)
+    with output_dir(args.output):  # removed again if nothing is written
+        with SplitWriter(args.output, args.label, vocab, seq_len=args.seq_len, seed=args.seed, masking=args.masking,
+                         copies=args.copies, rule=masking_rule(args), source_files=files,
+                         created_by="prepare_mlm_dataset.py", pairs=args.pairs) as writer:
+            if args.pairs != "none":
+                maker = prepare_pairs(files, vocab, writer, args.seq_len, chunk_bytes, args.pairs, args.seed)
+            else:
+                packer = prepare(files, vocab, writer, args.seq_len, chunk_bytes)
     print_written(writer)
     if args.pairs != "none":
         print_pair_summary(writer, maker)

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from errors import UserError, exit_on_user_error  # noqa: E402
 from input_files import expand_inputs  # noqa: E402
 from preparation import (SplitWriter, add_shared_arguments, check_shared_arguments, masking_rule,  # noqa: E402
-                         prepare_output_dir, print_written, split_summary)
+                         output_dir, print_written, split_summary)
 from token_stream import read_token_stream  # noqa: E402
 from vocab import load_vocab  # noqa: E402
 
@@ -91,11 +91,11 @@ def main(argv=None):
     streams = open_streams(files, vocab)
     if sum(header["tokens"] for header, _ in streams) == 0:
         raise UserError(f"{', '.join(map(str, files))}: the token streams hold no ids")
-    prepare_output_dir(args.output)
-    with SplitWriter(args.output, args.label, vocab, seq_len=args.seq_len, seed=args.seed, masking=args.masking,
-                     copies=args.copies, rule=masking_rule(args), source_files=files,
-                     created_by="prepare_mlm_fixed_len_dataset_from_ids.py") as writer:
-        short_piece = prepare(streams, vocab, writer, args.seq_len)
+    with output_dir(args.output):  # removed again if nothing is written
+        with SplitWriter(args.output, args.label, vocab, seq_len=args.seq_len, seed=args.seed, masking=args.masking,
+                         copies=args.copies, rule=masking_rule(args), source_files=files,
+                         created_by="prepare_mlm_fixed_len_dataset_from_ids.py") as writer:
+            short_piece = prepare(streams, vocab, writer, args.seq_len)
     print_written(writer)
     ids = writer.tokens - 2 * writer.samples.sum()
     print(f"{writer.samples.sum():,} samples ({split_summary(writer)}), {writer.tokens:,} tokens "

@@ -22,6 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+from atomic import remove_stale_temps  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from input_files import expand_inputs, read_chunks, short_lines  # noqa: E402
 from token_stream import TOKENS_PER_STREAM_BLOCK, TokenStreamWriter  # noqa: E402
@@ -175,6 +176,7 @@ def check_output(output: Path):
         raise UserError(f"{output.parent}: output directory not found")
     if not os.access(output.parent, os.W_OK):
         raise UserError(f"{output.parent}: output directory is not writable")
+    remove_stale_temps(output.parent)  # of an earlier run that was killed
 
 
 def parse_args(argv=None):

@@ -4,6 +4,7 @@ reading it (tensors and plain types only), whether it fits a model, and rotation
 A checkpoint is a dict saved with torch.save. Its "optimizer" is None for a starting point
 (scripts/import_hf.py's output) rather than a run to resume.
 """
+import hashlib
 import os
 import shutil
 import warnings
@@ -27,6 +28,12 @@ MODEL_FIELD_NAMES = {"max_len": "position table size", "vocab_size": "vocabulary
                      "layer_norm_eps": "layer-norm epsilon", "segments": "segment vocabulary size"}
 # What every checkpoint holds, imported ones included; the rest is read with defaults.
 REQUIRED_KEYS = ("task", "step", "model", "optimizer", "model_config", "vocab_checksum", "vocab", "config")
+# What a run reads back from each entry: a checkpoint edited by hand is refused in one line, not
+# with a traceback halfway through the start.
+KEY_TYPES = {"task": str, "step": int, "tokens": int, "model": dict, "optimizer": (dict, type(None)),
+             "model_config": dict, "vocab_checksum": str, "vocab": list, "config": dict,
+             "data_position": (dict, type(None)), "rng_per_rank": list, "best": (float, int, type(None)),
+             "elapsed": (float, int)}
 # Free to differ between a checkpoint and the run starting from it: pre-training heads come and go.
 FREE_MODEL_FIELDS = ("dropout", "num_labels", "causal", "sentence_classes", "generator_heads")
 
@@ -49,10 +56,30 @@ def save(path: Path, state: dict):
 
 
 def save_to_file(state: dict, path: Path):
-    """torch.save through a Python file, so that a full disk's OSError stays attached to the
-    RuntimeError torch raises."""
+    """torch.save, with the state's checksum, through a Python file, so that a full disk's OSError
+    stays attached to the RuntimeError torch raises."""
     with open(path, "wb") as file:
-        torch.save(state, file)
+        torch.save({**state, "checksum": checksum(state)}, file)
+
+
+def checksum(state: dict) -> str:
+    """sha256 of everything a checkpoint holds, its "checksum" entry left out: each tensor's dtype,
+    shape and bytes, each other value's type and repr (exact for floats), in the state's order."""
+    digest = hashlib.sha256()
+
+    def add(value):
+        if isinstance(value, torch.Tensor):
+            digest.update(f"tensor {value.dtype} {tuple(value.shape)};".encode())
+            digest.update(value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+        elif isinstance(value, (dict, list, tuple)):
+            digest.update(f"{type(value).__name__} {len(value)};".encode())
+            for item in value.items() if isinstance(value, dict) else value:
+                add(item)
+        else:
+            digest.update(f"{type(value).__name__} {value!r};".encode())
+
+    add({key: value for key, value in state.items() if key != "checksum"})
+    return digest.hexdigest()
 
 
 def load(path: Path, mmap: bool = False) -> dict:
@@ -71,6 +98,10 @@ def load(path: Path, mmap: bool = False) -> dict:
     missing = [key for key in REQUIRED_KEYS if key not in state]
     if missing:
         raise UserError(f"{path}: a damaged checkpoint, without {', '.join(missing)}")
+    check_types(path, state)
+    # mmap: a quick look at the settings; the full load that follows checks the sum.
+    if not mmap and "checksum" in state and state["checksum"] != checksum(state):
+        raise UserError(f"{path}: a damaged checkpoint: its contents do not match the checksum saved with them")
     return state
 
 
@@ -79,6 +110,16 @@ def saved_settings(checkpoint: dict) -> dict:
     config.ini has it); keys this program no longer has are left out."""
     return {key.replace("-", "_"): value for key, value in checkpoint["config"].items()
             if key.replace("-", "_") in FIELD_TYPES}
+
+
+
+def check_types(path: Path, state: dict):
+    """Each entry of the type a run reads back (checkpoints written before a key existed lack it)."""
+    for key, kind in KEY_TYPES.items():
+        if key in state and not isinstance(state[key], kind):
+            raise UserError(f"{path}: a damaged checkpoint: {key} is a {type(state[key]).__name__}")
+    if not all(isinstance(tensor, torch.Tensor) for tensor in state["model"].values()):
+        raise UserError(f"{path}: a damaged checkpoint: its model holds values that are not tensors")
 
 
 # The config keys of the architecture; each is also the ModelConfig field that stores it.
@@ -101,10 +142,30 @@ def restore_model(path: Path, kinds: dict[str, type]) -> tuple[nn.Module, Vocab,
     if checkpoint["task"] not in kinds:
         raise UserError(f"{path}: a {checkpoint['task']} checkpoint; expected {' or '.join(kinds)}")
     model = kinds[checkpoint["task"]](ModelConfig(**checkpoint["model_config"]))
-    missing, _ = model.load_state_dict(checkpoint["model"], strict=False)  # unused heads (NSP) may stay behind
+    missing = load_weights(model, checkpoint["model"], path, strict=False)  # unused heads (NSP) may stay behind
     if missing:
         raise UserError(f"{path}: weights missing for {type(model).__name__}: {', '.join(missing[:5])}")
     return model.eval(), Vocab(tuple(checkpoint["vocab"])), checkpoint
+
+
+def load_weights(model: nn.Module, weights: dict, path: Path, strict: bool = True) -> list[str]:
+    """model.load_state_dict(weights), with a weight of another shape, or (strict) one missing or
+    unknown, named in one line; returns the names of the model's weights that were missing."""
+    check_shapes(path, weights, model)
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if strict and (missing or unexpected):
+        names = ", ".join((missing or unexpected)[:3])
+        raise UserError(f"{path}: a damaged checkpoint: weights {'missing' if missing else 'unknown'}: {names}")
+    return missing
+
+
+def check_shapes(path: Path, weights: dict, model: nn.Module):
+    """Each of the weights that the model has too is of the model's shape."""
+    own = model.state_dict()
+    for name, tensor in weights.items():
+        if name in own and own[name].shape != tensor.shape:
+            raise UserError(f"{path}: a damaged checkpoint: {name} has shape {list(tensor.shape)}, "
+                            f"its model's is {list(own[name].shape)}")
 
 
 def check_compatible(path: Path, checkpoint: dict, vocab: Vocab, current: ModelConfig):

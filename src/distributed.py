@@ -1,6 +1,7 @@
 """Training in several processes with torch.distributed: `--ddp --nproc N` starts and watches N
 ranks on this machine; under torchrun (RANK, WORLD_SIZE, LOCAL_RANK set) main.py joins its group.
 """
+import ctypes
 import datetime
 import os
 import shutil
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -24,6 +26,9 @@ COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=10)
 # Where a rank started by launch() writes its UserError (rankN.txt), so that the launcher prints it
 # once, or its traceback (rankN.traceback), so that the console keeps one line.
 ERROR_FILE_VARIABLE = "BERT_DDP_ERROR_FILE"
+# The launcher's process id, given to the ranks it starts: they die with it (die_with_launcher).
+LAUNCHER_VARIABLE = "BERT_DDP_LAUNCHER_PID"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 MAIN = Path(__file__).resolve().with_name("main.py")
 
 _control_group = None  # gloo group for host-side agreement (the stop flag) without a device sync
@@ -93,9 +98,31 @@ def all_ranks(flag: torch.Tensor) -> torch.Tensor:
     return as_int.bool()
 
 
+def die_with_launcher(launcher: int):
+    """A rank of launch() is killed when its launcher dies, however it dies (kill -9 too): a run
+    is never written by processes nobody controls. Linux: the kernel's parent-death signal;
+    elsewhere a thread that watches the parent."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+            raise OSError(ctypes.get_errno(), "prctl")
+    except (OSError, AttributeError):  # no prctl here
+        threading.Thread(target=watch_parent, args=(launcher,), daemon=True, name="watch launcher").start()
+    if os.getppid() != launcher:  # it died before the signal was asked for
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def watch_parent(launcher: int, interval: float = 0.5):
+    while os.getppid() == launcher:
+        time.sleep(interval)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def rank_main(run):
     """Call run() in a rank: a UserError goes to the launcher's error file (printed there once)
     when launch() started us, else it is raised; the process group is left either way."""
+    if LAUNCHER_VARIABLE in os.environ:
+        die_with_launcher(int(os.environ[LAUNCHER_VARIABLE]))
     try:
         run()
         if dist.is_initialized():
@@ -138,7 +165,8 @@ def run_ranks(argv: list[str], nproc: int, master_addr: str, master_port: int,
     for rank in range(nproc):
         env = os.environ | {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
                             "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": master_addr,
-                            "MASTER_PORT": str(master_port), ERROR_FILE_VARIABLE: str(error_dir / f"rank{rank}.txt")}
+                            "MASTER_PORT": str(master_port), ERROR_FILE_VARIABLE: str(error_dir / f"rank{rank}.txt"),
+                            LAUNCHER_VARIABLE: str(os.getpid())}
         processes.append(subprocess.Popen([sys.executable, str(MAIN), *argv], env=env))
     print(f"started {nproc} processes: " + ", ".join(f"rank {rank} pid {process.pid}"
                                                     for rank, process in enumerate(processes)),

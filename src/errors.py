@@ -1,6 +1,8 @@
 """User-facing errors: one line naming the file, key or value, exit code 2, no traceback."""
 import errno
 import functools
+import os
+import signal
 import sys
 from contextlib import contextmanager
 
@@ -29,10 +31,23 @@ def naming_a_full_disk(path):
         raise
 
 
+def interrupt_quietly_while_starting():
+    """Until exit_on_user_error's wrapper runs (torch alone takes seconds to import), Ctrl-C is
+    one line and exit code 130 rather than a KeyboardInterrupt traceback from inside an import."""
+    signal.signal(signal.SIGINT, interrupted_while_starting)
+
+
+def interrupted_while_starting(signum, frame):
+    print("interrupted", file=sys.stderr, flush=True)
+    os._exit(130)  # nothing was made yet that needs cleaning up
+
+
 def exit_on_user_error(main):
     """Wrap a script's main so a UserError (or a full disk) prints `error: ...` and exits with code 2."""
     @functools.wraps(main)
     def wrapper(*args, **kwargs):
+        if signal.getsignal(signal.SIGINT) is interrupted_while_starting:  # from here on: KeyboardInterrupt
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             return main(*args, **kwargs)
         except UserError as error:

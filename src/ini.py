@@ -74,8 +74,8 @@ def read_ini(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
 
 
 def read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
+    try:  # utf-8-sig: a byte-order mark (Windows editors write one) is not part of the first key
+        return path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:
         raise UserError(f"{path}: not a UTF-8 text file") from None
 

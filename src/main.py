@@ -8,6 +8,10 @@
     python src/main.py --ddp --nproc 8          # 8 processes (one per GPU) with DistributedDataParallel
     torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:PORT src/main.py
 """
+from errors import interrupt_quietly_while_starting
+if __name__ == "__main__":  # before the seconds of importing torch: Ctrl-C then is one line too
+    interrupt_quietly_while_starting()
+
 import argparse
 import dataclasses
 import sys

@@ -54,9 +54,10 @@ class HeaderFirstFile:
         self.packer = msgpack.Packer(use_bin_type=True)
 
     def _temp_path(self, suffix: str) -> Path:
-        """A new hidden file next to the target (so `*` globs skip it), with the umask's permissions."""
+        """A new hidden file next to the target (so `*` globs skip it), with the umask's permissions;
+        named .NAME.PID.tmp, so that a later run removes it if this process was killed."""
         while True:
-            path = self.path.parent / f".{self.path.name}.{secrets.token_hex(6)}{suffix}.tmp"
+            path = self.path.parent / f".{self.path.name}.{secrets.token_hex(6)}{suffix}.{os.getpid()}.tmp"
             try:
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
                 return path

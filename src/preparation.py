@@ -8,12 +8,13 @@ from __future__ import annotations
 import argparse
 import re
 import tempfile
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from atomic import remove_stale_temps
 from config import DEFAULTS, RULES, validate
 from errors import UserError
 from shards import MaskedSample, ShardWriter
@@ -239,13 +240,32 @@ def masking_rule(args) -> MaskingRule | None:
 
 
 def prepare_output_dir(out_dir: Path) -> None:
-    """Create the directory and prove we can write there, before any work is done."""
+    """Create the directory and prove we can write there, before any work is done; remove the
+    temporary files of an earlier run that was killed."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out_dir):
             pass
     except OSError as error:
         raise UserError(f"{out_dir}: cannot create or write the output directory ({error.strerror})") from None
+    remove_stale_temps(out_dir)
+
+
+@contextmanager
+def output_dir(out_dir: Path):
+    """prepare_output_dir(out_dir), whose new directories are removed again if the work in the
+    block fails and leaves them empty: a failed run leaves nothing behind."""
+    made = [directory for directory in (out_dir, *out_dir.parents) if not directory.exists()]
+    prepare_output_dir(out_dir)
+    try:
+        yield
+    except BaseException:
+        for directory in made:  # the deepest first
+            try:
+                directory.rmdir()
+            except OSError:  # not empty
+                break
+        raise
 
 
 def split_summary(writer: SplitWriter) -> str:

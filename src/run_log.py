@@ -1,13 +1,19 @@
 """A run's directory and what is written there as it trains: runs/runN, log.txt, the console
 above the progress bar, TensorBoard scalars and optionally Weights & Biases."""
 import fcntl
+import os
+import socket
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
-from torch.utils.tensorboard import SummaryWriter
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.proto.summary_pb2 import Summary
+from tensorboard.summary.writer.record_writer import RecordWriter
 from tqdm import tqdm
 
 from config import Config
-from errors import UserError
+from errors import UserError, naming_a_full_disk
 
 
 def create_run_dir(runs_dir: Path, run_id: str = "") -> Path:
@@ -19,8 +25,12 @@ def create_run_dir(runs_dir: Path, run_id: str = "") -> Path:
         try:
             run_dir.mkdir()
         except FileExistsError:
-            raise UserError(f"run-id = {run_id}: {run_dir} exists; resume it with --cp "
-                            f"{run_dir / 'checkpoints' / 'checkpoint.pt'}, or choose another run-id") from None
+            latest = run_dir / "checkpoints" / "checkpoint.pt"
+            if not latest.is_file():  # a run killed before its first save, or one still starting
+                raise UserError(f"run-id = {run_id}: {run_dir} exists but holds no checkpoint to resume; "
+                                f"remove it, or choose another run-id") from None
+            raise UserError(f"run-id = {run_id}: {run_dir} exists; resume it with --cp {latest}, "
+                            f"or choose another run-id") from None
         return run_dir
     number = 0
     while True:
@@ -45,17 +55,59 @@ def lock_run_dir(run_dir: Path):
     return handle
 
 
+class EventFile:
+    """TensorBoard scalars, written and flushed in the caller's thread: a full disk is one line naming
+    the file, at once (SummaryWriter's writer thread prints a traceback of its own, and training goes on)."""
+
+    def __init__(self, directory: Path):
+        number = 0
+        while True:  # a new file for each process and each run in it, as SummaryWriter names them
+            self.path = directory / f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}." \
+                                    f"{os.getpid()}.{number}"
+            try:
+                self.file = open(self.path, "xb")
+                break
+            except FileExistsError:
+                number += 1
+        self.write(Event(wall_time=time.time(), file_version="brain.Event:2"))
+
+    def write(self, event: Event):
+        with naming_a_full_disk(self.path):
+            RecordWriter(self.file).write(event.SerializeToString())
+            self.file.flush()
+
+    def add_scalars(self, step: int, values: dict):
+        summary = Summary(value=[Summary.Value(tag=name, simple_value=value) for name, value in values.items()])
+        self.write(Event(wall_time=time.time(), step=step, summary=summary))
+
+    def close(self):
+        with naming_a_full_disk(self.path):
+            self.file.close()
+
+
 class RunLog:
-    """Messages and scalars of one run, under the run directory's lock; silent off rank 0 (run_dir None)."""
+    """Messages and scalars of one run, under the run directory's lock; silent off rank 0 (run_dir None).
+    A full disk stops the run with one line naming the file; the files are then closed quietly."""
 
     def __init__(self, run_dir: Path | None, config: Config):
         self.file = self.board = self.wandb = self.lock = None
+        self.failed = False  # a write failed: closing reports nothing more
+        self.path = None  # log.txt
         if run_dir is None:
             return
+        try:
+            self.open(run_dir, config)
+        except BaseException:
+            self.failed = True
+            self.close()
+            raise
+
+    def open(self, run_dir: Path, config: Config):
         self.lock = lock_run_dir(run_dir)
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-        self.file = (run_dir / "logs" / "log.txt").open("a", encoding="utf-8")
-        self.board = SummaryWriter(str(run_dir / "logs"))
+        self.path = run_dir / "logs" / "log.txt"
+        self.file = open(self.path, "a", encoding="utf-8")
+        self.board = EventFile(run_dir / "logs")
         if config.wandb:
             try:
                 import wandb  # optional: only runs with wandb = true need it
@@ -68,23 +120,38 @@ class RunLog:
         if self.file is None:
             return
         tqdm.write(message)
-        self.file.write(message + "\n")
-        self.file.flush()
+        with self.failing(), naming_a_full_disk(self.path):
+            self.file.write(message + "\n")
+            self.file.flush()
 
     def scalars(self, step: int, values: dict):
-        if self.board is not None:
-            for name, value in values.items():
-                self.board.add_scalar(name, value, step)
-        if self.wandb is not None:
-            self.wandb.log(values, step=step)
+        with self.failing():
+            if self.board is not None:
+                self.board.add_scalars(step, values)
+            if self.wandb is not None:
+                with naming_a_full_disk(self.path.parent.parent / "wandb"):
+                    self.wandb.log(values, step=step)
+
+    @contextmanager
+    def failing(self):
+        """Remembers that a write failed: its error is the one the user sees."""
+        try:
+            yield
+        except BaseException:
+            self.failed = True
+            raise
 
     def close(self):
-        """Closes what is open; closing twice is harmless."""
-        if self.board is not None:
-            self.board.close()
-            self.file.close()
-        if self.wandb is not None:
-            self.wandb.finish()
-        if self.lock is not None:
-            self.lock.close()
+        """Closes what is open; closing twice is harmless. After a failed write, closing adds no error
+        of its own (everything is closed all the same)."""
+        file, board, wandb_run, lock = self.file, self.board, self.wandb, self.lock
         self.file = self.board = self.wandb = self.lock = None
+        errors = []
+        for close in (file and file.close, board and board.close, wandb_run and wandb_run.finish, lock and lock.close):
+            try:
+                if close:
+                    close()
+            except Exception as error:
+                errors.append(error)
+        if errors and not self.failed:
+            raise errors[0]

@@ -38,20 +38,35 @@ class Throughput:
         finally:
             self.pause += time.perf_counter() - started
 
-    def read(self, step: int, tokens: int) -> tuple[float, torch.Tensor, float, float]:
+    def read(self, step: int, tokens: int, restart: bool = True) -> tuple[float, torch.Tensor, float, float]:
         """Mean loss over all ranks' micro-batches, their summed statistics (on the CPU), tokens/s
-        of all ranks, and MFU per rank since the last read; then starts counting afresh."""
+        of all ranks, and MFU per rank since the last read; then starts counting afresh, unless
+        restart is False (a run's last line, off the log interval: a resumed run goes on summing)."""
         elapsed = time.perf_counter() - self.since - self.pause
-        statistics = self.statistics
+        loss_sum, statistics = self.loss_sum.clone(), self.statistics.clone()  # this rank's stay for since_log
         if torch.distributed.is_initialized():
-            torch.distributed.all_reduce(self.loss_sum)
+            torch.distributed.all_reduce(loss_sum)
             torch.distributed.all_reduce(statistics)
-            self.loss_sum /= self.world_size
-        mean_loss = self.loss_sum.item() / self.micro_steps
+            loss_sum /= self.world_size
+        mean_loss = loss_sum.item() / self.micro_steps
         tokens_per_sec = (tokens - self.since_tokens) / elapsed
         mfu = self.flops_per_token * tokens_per_sec / self.world_size / self.peak_flops
-        self.reset(step, tokens)
+        if restart:
+            self.reset(step, tokens)
         return mean_loss, statistics.cpu(), tokens_per_sec, mfu
+
+    def since_log(self) -> dict:
+        """This rank's sums since the last log line: a checkpoint keeps them, so that the first line
+        after a resume averages the same steps as an uninterrupted run's."""
+        statistics = self.statistics.cpu() if isinstance(self.statistics, torch.Tensor) else None
+        return {"loss_sum": self.loss_sum.cpu(), "statistics": statistics, "micro_steps": self.micro_steps}
+
+    def restore(self, sums: dict):
+        """Go on from since_log()'s sums."""
+        self.loss_sum.copy_(sums["loss_sum"])
+        statistics = sums["statistics"]
+        self.statistics = 0 if statistics is None else statistics.to(self.loss_sum.device)
+        self.micro_steps = sums["micro_steps"]
 
 
 class Clock:

@@ -92,6 +92,8 @@ class Run:
     lr: float = 0.0  # of the last step
     start: str | None = None  # the checkpoint whose weights a new run started from
     resumed_at: int | None = None  # the step a resumed run went on from
+    meter: Throughput | None = None  # the training figures since the last log line
+    log_sums: dict | None = None  # the meter's sums when the checkpoint a run resumes from was saved
 
     @property
     def checkpoints(self) -> Path | None:
@@ -201,9 +203,11 @@ class Trainer:
         else:
             log("the optimizer starts afresh (--dont-load-optimizer): Adam's moments are zero")
         states = saved.get("rng_per_rank", [])  # one per rank that saved it
+        sums = saved.get("log_sums_per_rank", [])
+        run.log_sums = sums[self.rank] if self.rank < len(sums) else None
         if self.rank < len(states):
             checkpoints.restore_random_states(states[self.rank], run.mask_generator)
-        else:
+        if len(states) < self.world_size:  # said by rank 0, the one that logs
             log(f"note: the checkpoint holds random states for {len(states)} process(es); "
                 f"ranks {len(states)} and up start from fresh seeds")
         run.step, run.best, run.position = saved["step"], saved.get("best"), saved.get("data_position")
@@ -235,7 +239,7 @@ class Trainer:
         """The task's model with every weight of a checkpoint of this task."""
         model = self.build_model(saved)
         checkpoints.check_compatible(path, saved, self.task.vocab, model.config)
-        model.load_state_dict(saved["model"])
+        checkpoints.load_weights(model, saved["model"], path)
         return model
 
     def new_run_dir(self) -> Path:
@@ -287,7 +291,7 @@ class Trainer:
         """The loop: lr for this step, micro-steps, clip, step; log, validate, save, stop."""
         config = self.config
         batches = hardware.prefetch(self.task.train_batches(run.position), self.device, config.async_to_device)
-        meter = self.throughput_meter(run)
+        meter = run.meter = self.throughput_meter(run)
         clock = Clock(run.elapsed)
         progress = tqdm(total=config.max_iters, initial=run.step, dynamic_ncols=True,
                         disable=None if self.rank == 0 else True)  # None: a bar on terminals only
@@ -359,11 +363,15 @@ class Trainer:
             run.log(f"mfu against a {str(self.dtype).removeprefix('torch.')} matmul peak of "
                     f"{peak / 1e12:.3g} TFLOP/s, {source}")
         per_token = flops_per_token(unwrap(run.model).config, self.config.seq_len, self.task.predictions_per_token)
-        return Throughput(per_token, peak, self.world_size, self.device, run.step, run.tokens)
+        meter = Throughput(per_token, peak, self.world_size, self.device, run.step, run.tokens)
+        if run.log_sums is not None:
+            meter.restore(run.log_sums)
+        return meter
 
     def log_training(self, run: Run, meter: Throughput) -> dict[str, str]:
         """The train line and scalars since the last one; returns what the progress bar shows."""
-        loss, statistics, tokens_per_sec, mfu = meter.read(run.step, run.tokens)
+        loss, statistics, tokens_per_sec, mfu = meter.read(run.step, run.tokens,
+                                                           restart=run.step % self.config.log_interval == 0)
         if mfu > 1 and self.rank == 0 and not self.config.peak_tflops:
             mfu = self.remeasure_peak(run, meter, mfu)
         metrics = {name: value for name, value in self.task.metrics(loss, statistics).items() if name != "loss"}
@@ -415,12 +423,13 @@ class Trainer:
 
     def save(self, run: Run, kind: str):
         """best.pt, or checkpoint.pt with the older ones rotated; rank 0 writes, with every
-        rank's random states, and the others wait until it has."""
-        rng_per_rank = [checkpoints.random_states(run.mask_generator)]
+        rank's random states and training sums since the last log line, and the others wait until it has."""
+        per_rank = [(checkpoints.random_states(run.mask_generator), run.meter.since_log() if run.meter else None)]
         if torch.distributed.is_initialized():
             gathered = [None] * self.world_size
-            torch.distributed.all_gather_object(gathered, rng_per_rank[0])
-            rng_per_rank = gathered
+            torch.distributed.all_gather_object(gathered, per_rank[0])
+            per_rank = gathered
+        rng_per_rank = [rng for rng, _ in per_rank]
         if self.rank == 0:
             directory = run.checkpoints
             directory.mkdir(parents=True, exist_ok=True)
@@ -429,7 +438,7 @@ class Trainer:
                 vocab=self.task.vocab, config=self.config.to_dict(),
                 step=run.step, tokens=run.tokens, optimizer=run.optimizer.state_dict(),
                 data_position=run.position, rng_per_rank=rng_per_rank, best=run.best, elapsed=run.elapsed,
-                start=run.start)
+                start=run.start, log_sums_per_rank=[sums for _, sums in per_rank])
             if kind == "best":
                 checkpoints.save(directory / "best.pt", state)
             else:

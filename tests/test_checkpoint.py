@@ -152,6 +152,7 @@ def test_a_checkpoint_in_the_earlier_layout_resumes_and_fine_tunes(mlm_workdir):
     path = run_dir / "checkpoints" / "checkpoint.pt"
     earlier = checkpoints.load(path)
     earlier["rng"] = earlier["rng_per_rank"][0]
+    del earlier["checksum"]  # nor did they hold a checksum
     torch.save(earlier, path)
     main.run(main.load_config(None, ["--max-iters", "3"]), path, False)
     assert checkpoints.load(path)["step"] == 3
@@ -184,3 +185,56 @@ def test_a_full_disk_is_one_line_and_keeps_the_last_checkpoint(tmp_path, monkeyp
     monkeypatch.undo()
     assert checkpoints.load(tmp_path / "checkpoint.pt")["step"] == 10
     assert sorted(path.name for path in tmp_path.iterdir()) == ["checkpoint.pt"]
+
+
+def test_a_bit_flipped_in_a_saved_tensor_is_refused(tmp_path):
+    moment = torch.arange(1000, dtype=torch.float32) + 0.25  # an Adam moment, findable in the file
+    checkpoints.save(tmp_path / "c.pt", small_state(optimizer={"state": {0: {"exp_avg": moment}}, "param_groups": []}))
+    data = bytearray((tmp_path / "c.pt").read_bytes())
+    start = data.find(moment.numpy().tobytes())
+    assert start >= 0
+    data[start + 2001] ^= 0x10  # one bit of the exponent of one element
+    (tmp_path / "c.pt").write_bytes(data)
+    with pytest.raises(UserError, match="c.pt: a damaged checkpoint: its contents do not match the checksum"):
+        checkpoints.load(tmp_path / "c.pt")
+
+
+def damaged_copy(source: Path, target: Path, damage: str) -> Path:
+    """The checkpoint at source, edited as a careless hand or tool would and saved without a checksum
+    (as checkpoints written before there was one)."""
+    state = torch.load(source, map_location="cpu", weights_only=True)
+    state.pop("checksum", None)
+    weights = state["model"]
+    if damage == "a row cut":
+        weights["encoder.embeddings.token.weight"] = weights["encoder.embeddings.token.weight"][:-1].clone()
+    elif damage == "a weight deleted":
+        del weights["encoder.layers.0.attention.out.weight"]
+    else:
+        state["step"] = str(state["step"])
+    torch.save(state, target)
+    return target
+
+
+DAMAGES = {"a row cut": "encoder.embeddings.token.weight has shape [1999, 64], its model's is [2000, 64]",
+           "a weight deleted": "encoder.layers.0.attention.out.weight",
+           "the step a string": "step is a str"}
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+@pytest.mark.parametrize("script", ["train", "test", "fill_mask", "export_hf"])
+def test_a_damaged_checkpoint_is_one_line_in_every_script(mlm_trained_run, mlm_workdir, capsys, damage, script):
+    import export_hf
+    import fill_mask
+    path = damaged_copy(mlm_trained_run / "runs" / "run0" / "checkpoints" / "checkpoint.pt",
+                        mlm_workdir / "damaged.pt", damage)
+    commands = {"train": lambda: main.main(["--cp", str(path), "--max-iters", "50"]),
+                "test": lambda: main.main(["--cp", str(path), "--test"]),
+                "fill_mask": lambda: fill_mask.main(["--cp", str(path), "a [MASK] film"]),
+                "export_hf": lambda: export_hf.main(["--cp", str(path), "-o", "exported"])}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        commands[script]()
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {path}: ") and DAMAGES[damage] in lines[0], lines
+    assert sorted(path.name for path in mlm_workdir.iterdir()) == ["config.ini", "damaged.pt", "datasets", "vocab"]

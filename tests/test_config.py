@@ -201,6 +201,12 @@ def test_unknown_key_names_file_line_and_suggests(tmp_path):
                        "(did you mean 'learning-rate'?)")
 
 
+def test_a_byte_order_mark_before_the_first_key_is_ignored(tmp_path):
+    path = tmp_path / "config.ini"
+    path.write_bytes(b"\xef\xbb\xbftask-type = mlm\nseq-len = 64\n")
+    assert load_config(path, []).seq_len == 64
+
+
 @pytest.mark.parametrize("line, expected", [
     ("seq-len = abc", "seq-len = 'abc': expected an integer"),
     ("seq-len = 1e3", "seq-len = '1e3': expected an integer"),

@@ -197,3 +197,55 @@ def test_the_launcher_names_the_rank_that_died_not_the_one_gloo_aborted_after_it
     assert distributed.wait_for_first_failure([aborted, killed]) == (1, -signal.SIGKILL)
     assert distributed.wait_for_first_failure([FinishedProcess(0), aborted]) == (1, -signal.SIGABRT)
     assert distributed.wait_for_first_failure([FinishedProcess(0), FinishedProcess(0)]) is None
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="looks the ranks up in /proc")
+def test_ranks_die_with_their_launcher(mlm_workdir_factory, tmp_path):
+    """kill -9 of the --ddp launcher: its ranks go too, and nobody writes the run any more."""
+    workdir = mlm_workdir_factory(tmp_path / "work", max_iters=100_000, lr_decay_iters=100_000,
+                                  val_interval=100_000)
+    stderr_path = tmp_path / "stderr.txt"
+    with stderr_path.open("w") as stderr:
+        launcher = subprocess.Popen([sys.executable, str(MAIN), "--ddp", "--nproc", "2",
+                                     "--dist-master-port", str(free_port())],
+                                    cwd=workdir, stdout=subprocess.DEVNULL, stderr=stderr)
+    log = workdir / "runs" / "run0" / "logs" / "log.txt"
+    deadline = time.monotonic() + TIMEOUT
+    while not (log.exists() and "step 2 |" in log.read_text(encoding="utf-8")):
+        assert launcher.poll() is None, stderr_path.read_text()
+        assert time.monotonic() < deadline, "training did not start"
+        time.sleep(0.2)
+    started = next(line for line in stderr_path.read_text().splitlines() if line.startswith("started 2"))
+    ranks = [int(pid) for pid in re.findall(r"pid (\d+)", started)]
+    launcher.kill()
+    launcher.wait()
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() and "Z" not in process_state(pid) for pid in ranks):
+        if time.monotonic() > deadline:
+            for pid in ranks:
+                subprocess.run(["kill", "-KILL", str(pid)])
+            raise AssertionError("the ranks outlived their launcher")
+        time.sleep(0.2)
+
+
+def process_state(pid: int) -> str:
+    """R, S, Z...: the state /proc gives (a zombie has ended, its parent gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="looks the process up in /proc")
+def test_where_there_is_no_parent_death_signal_a_watching_thread_ends_the_rank():
+    watcher = (f"import os, sys; sys.path.insert(0, {str(ROOT / 'src')!r}); import distributed; "
+               "parent = os.getppid(); print('watching', flush=True); distributed.watch_parent(parent, 0.05)")
+    starter = (f"import subprocess, sys; watcher = subprocess.Popen([sys.executable, '-c', {watcher!r}], "
+               "stdout=subprocess.PIPE, text=True); watcher.stdout.readline(); print(watcher.pid)")
+    pid = int(subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True, timeout=TIMEOUT).stdout)
+    deadline = time.monotonic() + 10  # its parent has ended
+    while Path(f"/proc/{pid}").exists() and "Z" not in process_state(pid):
+        if time.monotonic() > deadline:
+            subprocess.run(["kill", "-KILL", str(pid)])
+            raise AssertionError("the watcher outlived its parent")
+        time.sleep(0.1)

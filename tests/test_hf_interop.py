@@ -1,5 +1,8 @@
 """Hugging Face interop: export to transformers and import from it, compared output by output."""
+import json
+import pickle
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -203,3 +206,41 @@ def test_training_starts_from_imported_checkpoints(mlm_trained_run, vocab_dir, r
     assert "newly initialised: pooler.weight, pooler.bias, classifier.weight, classifier.bias" in log
     assert "not used: head.*" in log
     assert load_checkpoint(fine_tuning / "checkpoints" / "checkpoint.pt")["step"] == 3
+
+
+def test_a_config_json_that_does_not_fit_the_weights_is_one_line(vocab_dir, tmp_path, capsys):
+    random_bert(TheirMaskedLM, vocab_dir, tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config | {"hidden_size": 128}))  # over 64-wide weights
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        import_hf.main(["-i", str(tmp_path / "hf"), "-o", str(tmp_path / "x.pt")])
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {tmp_path / 'hf' / 'config.json'}: does not fit the "
+                                                   "weights: encoder."), lines
+    assert lines[0].endswith("has shape [64] in them, [128] by config.json"), lines
+    assert not (tmp_path / "x.pt").exists()
+
+
+class RunsCode:
+    """Unpickling this would run code."""
+    def __reduce__(self):
+        return print, ("ran",)
+
+
+def test_a_pickle_that_runs_code_is_refused_in_one_line_without_a_warning(vocab_dir, tmp_path, capsys):
+    random_bert(TheirMaskedLM, vocab_dir, tmp_path / "hf")
+    (tmp_path / "hf" / "model.safetensors").unlink()
+    # A plain pickle (protocol 4), not torch.save's: torch warns about the protocol before refusing it.
+    (tmp_path / "hf" / "pytorch_model.bin").write_bytes(pickle.dumps({"bert.pooler.dense.weight": RunsCode()}))
+    capsys.readouterr()
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        with pytest.raises(SystemExit) as exit_info:
+            import_hf.main(["-i", str(tmp_path / "hf"), "-o", str(tmp_path / "x.pt")])
+    assert exit_info.value.code == 2
+    assert not [str(warning.message) for warning in warned if warning.category is not ResourceWarning]
+    output = capsys.readouterr()
+    assert output.err == f"error: {tmp_path / 'hf' / 'pytorch_model.bin'}: not readable (UnpicklingError)\n"
+    assert "ran" not in output.out

@@ -1,8 +1,10 @@
 """The command line: every user mistake ends with exit code 2 and one line `error: ...` on stderr,
 never a traceback; --help exits 0. Each case is a real `python src/main.py` process."""
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -129,3 +131,16 @@ def test_help_lists_every_key_with_its_type_default_and_meaning(capsys):
         for each in members:
             line = next(line for line in shown.splitlines() if line.startswith(f"  --{INI_KEYS[each.name]} "))
             assert each.metadata["meaning"] in line and f"(default {ini_text(each.default) or '(empty)'})" in line
+
+
+@pytest.mark.parametrize("delay", [0.3, 0.8])
+def test_ctrl_c_while_starting_is_one_line_and_exit_130(mlm_workdir_factory, tmp_path, delay):
+    """Seconds pass importing torch before main() runs: Ctrl-C then is one line too."""
+    workdir = mlm_workdir_factory(tmp_path / "work")
+    process = subprocess.Popen([sys.executable, str(ROOT / "src" / "main.py")], cwd=workdir,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert (process.returncode, stderr) == (130, "interrupted\n")
+    assert not (workdir / "runs").exists()

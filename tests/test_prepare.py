@@ -2,13 +2,17 @@
 80/10/10 splits, reproducible output, static masking statistics (whole words too) and one-line user
 errors."""
 import errno
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 import prepare_mlm_dataset
 import prepare_mlm_fixed_len_dataset_from_ids as prepare_fixed_len
+from packed_files import HeaderFirstFile
 from preparation import SPLITS, assign_splits
 from shards import read_shard
 from token_stream import TokenStreamWriter
@@ -270,4 +274,27 @@ def test_a_full_disk_is_one_line_and_leaves_no_file(tmp_path, imdb_corpus, vocab
     last_line = capsys.readouterr().err.strip().splitlines()[-1]
     assert re.fullmatch(rf"error: no space left on device writing {re.escape(str(out))}/\w+\.msgpack(\.gz)?",
                         last_line), last_line
-    assert list(out.iterdir()) == []  # no temporary file, and no split finished before the failure
+    assert not out.exists()  # no temporary file, no split finished before the failure, no directory made for them
+
+
+def test_a_binary_input_leaves_no_output_directory(tmp_path, vocab_dir, capsys):
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(bytes(range(256)) * 64)
+    out = tmp_path / "new" / "out"
+    err = run_and_expect_error(prepare_mlm_dataset.main, {"-i": str(binary), "-l": "imdb", "-m": "128",
+                                                          "-v": str(vocab_dir), "-o": str(out)}, capsys)
+    assert err.strip().splitlines()[-1].startswith(f"error: {binary}: not UTF-8 text"), err
+    assert list(tmp_path.iterdir()) == [binary]
+
+
+def test_temporary_files_of_a_killed_preparation_are_removed_by_the_next(tmp_path, imdb_corpus, vocab_dir):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    stale = out / f".train_imdb_64_123.msgpack.gz.0123456789ab.body.{dead.stdout.strip()}.tmp"
+    stale.write_bytes(b"half a shard")
+    run_text(out, imdb_corpus, vocab_dir)
+    assert not stale.exists() and not list(out.glob(".*"))
+    writer = HeaderFirstFile(out / "x.msgpack.gz")  # its temporary files are named so the next run can tell
+    assert writer.body_path.name.endswith(f".{os.getpid()}.tmp")
+    writer.abort()

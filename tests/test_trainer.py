@@ -250,6 +250,48 @@ def test_resume_with_dropout_continues_exactly(mlm_workdir_factory, tmp_path, mo
     check_resume_equivalence(mlm_workdir_factory, tmp_path, monkeypatch, training_losses, dropout=0.1)
 
 
+def logged_curve(run_dir: Path) -> dict[int, tuple]:
+    """step -> (loss, accuracy) of the training log's lines and of TensorBoard's scalars."""
+    log = (run_dir / "logs" / "log.txt").read_text(encoding="utf-8")
+    lines = re.findall(r"^step (\d+) \| loss ([\d.]+) \| .* \| accuracy ([\d.]+)$", log, re.M)
+    values = scalars(run_dir)
+    board = {tag: dict(values[tag]) for tag in ("train/loss", "train/accuracy")}
+    return {int(step): (loss, accuracy, board["train/loss"][int(step)], board["train/accuracy"][int(step)])
+            for step, loss, accuracy in lines}
+
+
+@pytest.mark.parametrize("interruption", ["max-iters", "stop file"])
+def test_the_logged_curve_after_a_resume_equals_the_uninterrupted_one(mlm_workdir_factory, tmp_path, monkeypatch,
+                                                                      keep_signal_handlers, skip_flops_measurement,
+                                                                      interruption):
+    """Log lines every 4 steps; the run ends at step 10 (max-iters) or is stopped at 11 (the stop file),
+    so the first line after the resume, at 12, must average steps 9 to 12 as the straight run's does."""
+    settings = {"log_interval": 4, "val_interval": 5}
+    monkeypatch.chdir(mlm_workdir_factory(tmp_path / "straight", **settings))
+    run_to(12)
+    straight = logged_curve(Path("runs/run0"))
+    assert sorted(straight) == [4, 8, 12]
+
+    monkeypatch.chdir(mlm_workdir_factory(tmp_path / "resumed", **settings))
+    if interruption == "max-iters":
+        run_to(10)
+    else:
+        original, steps = MaskedLMTask.loss, []
+        with monkeypatch.context() as patch:
+            def loss_then_stop(self, model, batch, generator=None):
+                if torch.is_grad_enabled():
+                    steps.append(1)
+                    if len(steps) == 11:
+                        Path("stop").touch()
+                return original(self, model, batch, generator)
+            patch.setattr(MaskedLMTask, "loss", loss_then_stop)
+            run_to(12)
+        assert load(Path("runs/run0/checkpoints/checkpoint.pt"))["step"] == 11
+    run_to(12, "--cp", "runs/run0/checkpoints/checkpoint.pt")
+    resumed = logged_curve(Path("runs/run0"))
+    assert {step: resumed[step] for step in straight} == straight
+
+
 @pytest.mark.parametrize("override", [["--mask-rate", "0.3"], ["--val-dataset-pattern", "train_imdb_64_*.msgpack"],
                                       ["--masking", "static"]])
 def test_resuming_refuses_settings_that_change_what_the_run_measures(mlm_workdir, capsys, override,
@@ -303,6 +345,14 @@ def test_layer_lr_decay_sets_the_rates_and_a_resumed_run_keeps_it(mlm_workdir, c
     assert {path: path.read_bytes() for path in Path("runs/run0").rglob("*") if path.is_file()} == before
     run_to(4, "--cp", "runs/run0/checkpoints/checkpoint.pt", "--layer-lr-decay", "0.8", "--dont-load-optimizer")
     assert load(Path("runs/run0/checkpoints/checkpoint.pt"))["step"] == 4
+
+
+def test_resuming_with_more_processes_than_saved_says_so_in_the_log(mlm_workdir, skip_flops_measurement):
+    run_to(2, "--val-interval", "2")
+    config = main.load_config(None, ["--max-iters", "3"])
+    main.run(config, Path("runs/run0/checkpoints/checkpoint.pt"), False, rank=0, world_size=2)  # rank 0 of --nproc 2
+    log = Path("runs/run0/logs/log.txt").read_text(encoding="utf-8")
+    assert "note: the checkpoint holds random states for 1 process(es); ranks 1 and up start from fresh seeds" in log
 
 
 def test_second_run_gets_its_own_directory(mlm_workdir, skip_flops_measurement):

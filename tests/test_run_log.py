@@ -1,0 +1,88 @@
+"""The run directory and its writers: a full disk while training (log.txt, TensorBoard) is one line
+naming the file, at once, and leaves the last checkpoint intact; a run-id that exists is explained."""
+import errno
+import io
+from pathlib import Path
+
+import pytest
+import torch
+
+import main
+import hardware
+import run_log
+from mlm_task import MaskedLMTask
+
+
+class FillingFile(io.FileIO):
+    """A file of run_log's on a disk that is full once `full` is set (for the files `names` start)."""
+    full = False
+    names = ("log.txt", "events.")
+
+    def write(self, data):
+        if FillingFile.full and Path(self.name).name.startswith(FillingFile.names):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().write(data)
+
+
+def filling_open(path, mode="r", encoding=None):
+    buffered = io.BufferedWriter(FillingFile(path, mode.replace("b", "")))
+    return buffered if "b" in mode else io.TextIOWrapper(buffered, encoding=encoding)
+
+
+@pytest.fixture
+def full_disk(monkeypatch):
+    """Training files opened through run_log fill the disk when told: full_disk(names) from then on."""
+    monkeypatch.setattr(hardware, "measure_matmul_flops", lambda device, dtype: 1e12)
+    monkeypatch.setattr(run_log, "open", filling_open, raising=False)
+    monkeypatch.setattr(FillingFile, "full", False)
+
+    def fill(names):
+        monkeypatch.setattr(FillingFile, "names", names)
+        monkeypatch.setattr(FillingFile, "full", True)
+    return fill
+
+
+def error_lines(capsys) -> list[str]:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Exception in thread" not in err, err
+    return [line for line in err.splitlines() if line.startswith("error:")]
+
+
+@pytest.mark.parametrize("names, filled", [(("log.txt",), "logs/log.txt"), (("events.",), "logs/events.out")])
+def test_a_disk_that_fills_while_training_stops_at_once_naming_the_file(mlm_workdir, monkeypatch, capsys, full_disk,
+                                                                         names, filled):
+    original, steps = MaskedLMTask.loss, []
+
+    def loss_then_full(self, model, batch, generator=None):
+        if torch.is_grad_enabled():
+            steps.append(1)
+            if len(steps) == 7:
+                full_disk(names)  # the log line and scalars of step 7 find the disk full
+        return original(self, model, batch, generator)
+    monkeypatch.setattr(MaskedLMTask, "loss", loss_then_full)
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(["--val-interval", "5"])
+    assert exit_info.value.code == 2
+    lines = error_lines(capsys)
+    run_dir = mlm_workdir / "runs" / "run0"
+    assert len(lines) == 1 and lines[0].startswith(f"error: no space left on device writing {run_dir / filled}"), lines
+    assert len(steps) == 7  # at once, not some steps later
+    assert torch.load(run_dir / "checkpoints" / "checkpoint.pt", weights_only=True)["step"] == 5
+
+
+def test_a_disk_full_at_the_start_is_one_line_and_leaves_no_run(mlm_workdir, capsys, full_disk):
+    full_disk(("log.txt", "events."))
+    with pytest.raises(SystemExit) as exit_info:
+        main.main([])
+    assert exit_info.value.code == 2
+    lines = error_lines(capsys)
+    assert len(lines) == 1 and lines[0].startswith("error: no space left on device writing "), lines
+    assert not any((mlm_workdir / "runs").iterdir())
+
+
+def test_a_run_id_whose_run_saved_no_checkpoint_is_not_offered_for_resuming(tmp_path):
+    (tmp_path / "runs" / "first-try" / "logs").mkdir(parents=True)  # killed before its first checkpoint
+    with pytest.raises(run_log.UserError) as error:
+        run_log.create_run_dir(tmp_path / "runs", "first-try")
+    assert str(error.value) == (f"run-id = first-try: {tmp_path / 'runs' / 'first-try'} exists but holds no "
+                                "checkpoint to resume; remove it, or choose another run-id")
