@@ -34,7 +34,8 @@ from atomic import atomic_write  # noqa: E402
 from classification_task import ClassificationTask, Part  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from hardware import select_device, to_device  # noqa: E402
-from ini import load_config  # noqa: E402
+from config import known_name, typed_value  # noqa: E402
+from ini import load_config, parse_overrides  # noqa: E402
 from trainer import Trainer, evaluate  # noqa: E402
 from vocab import load_vocab  # noqa: E402
 
@@ -86,7 +87,12 @@ def read_recipe(path: Path) -> dict[str, dict[str, str]]:
     if unknown:
         raise UserError(f"{path}: section [{unknown[0]}] is not a GLUE task; sections: [all], "
                         f"{', '.join(f'[{name}]' for name in TASK_ORDER)}")
-    return {name: dict(parser[name]) for name in parser.sections()}
+    recipe = {name: dict(parser[name]) for name in parser.sections()}
+    for section, settings in recipe.items():
+        for key, value in settings.items():
+            where = f"{path}: [{section}]"
+            typed_value(known_name(key, where), value, where)
+    return recipe
 
 
 def available_tasks(glue_dir: Path, tasks: list[str], skip_missing: bool) -> list[str]:
@@ -326,6 +332,7 @@ def main(argv=None):
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     if not args.cp.is_file():
         raise UserError(f"{args.cp}: checkpoint not found")
+    parse_overrides(overrides)  # a bad key or value stops here, before anything is written
     tasks = available_tasks(args.glue_dir, args.tasks, args.skip_missing)
     runner = Runner(args, overrides)
     runner.prepare()

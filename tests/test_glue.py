@@ -129,8 +129,13 @@ def test_a_second_call_runs_nothing_again_and_a_lost_run_is_redone(finished, mon
     (["--tasks", "mrcp"], "unknown GLUE task 'mrcp'; did you mean mrpc?"),
     (["--tasks", "qnli"], "no data for qnli (found: none)"),
     (["--tasks", "sst2", "--seeds", "0"], "--seeds 0: expected at least 1"),
+    (["--tasks", "sst2", "--lerning-rate", "1e-3"], "--lerning-rate: unknown option (did you mean --learning-rate?)"),
+    (["--tasks", "sst2", "--recipe", "{bad_recipe}"], "[all]: unknown key 'epoch' (did you mean 'epochs'?)"),
 ])
 def test_bad_input_is_one_line(checkpoint, glue_dir, tmp_path, capsys, options, message):
+    bad_recipe = tmp_path / "bad.ini"
+    bad_recipe.write_text("[all]\nepoch = 3\n", encoding="utf-8")
+    options = [option.format(bad_recipe=bad_recipe) for option in options]
     with pytest.raises(SystemExit) as exit_info:
         load_runner().main(["--cp", str(checkpoint), "--glue-dir", str(glue_dir), "-o", str(tmp_path / "out"),
                             *options])
