@@ -24,7 +24,6 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
-import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
@@ -33,7 +32,7 @@ import glue_tasks  # noqa: E402
 from atomic import atomic_write  # noqa: E402
 from classification_task import ClassificationTask, Part  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
-from hardware import select_device, to_device  # noqa: E402
+from hardware import select_device  # noqa: E402
 from config import known_name, typed_value  # noqa: E402
 from ini import load_config, parse_overrides  # noqa: E402
 from trainer import Trainer, evaluate  # noqa: E402
@@ -124,8 +123,11 @@ class Runner:
         self.recipe = read_recipe(args.recipe)
         self.durations: list[float] = []
 
-    def prepare(self):
-        """OUTDIR/vocab from the checkpoint, so every run reads the vocabulary it was trained with."""
+    def prepare(self, tasks: list[str]):
+        """Each task's config file, and OUTDIR/vocab from the checkpoint, so every run reads the
+        vocabulary it was trained with."""
+        for task in tasks:
+            self.write_config_file(task)
         saved = checkpoints.load(self.args.cp, mmap=True)
         vocab_file = self.out / "vocab" / "vocab.txt"
         vocab_file.parent.mkdir(parents=True, exist_ok=True)
@@ -153,25 +155,28 @@ class Runner:
             self.durations.append(time.monotonic() - started)
 
     def config_file(self, task: str) -> Path:
+        return self.out / "recipes" / f"{task}.ini"
+
+    def write_config_file(self, task: str):
         """OUTDIR/recipes/TASK.ini: the recipe's [all] and [TASK] with the task, the data and the output."""
         where = {"task-type": task, "base-dir": str(self.out.resolve()), "glue-dir": str(self.args.glue_dir.resolve())}
         settings = where | self.recipe.get("all", {}) | self.recipe.get(task, {})
-        path = self.out / "recipes" / f"{task}.ini"
-        path.parent.mkdir(parents=True, exist_ok=True)
         text = "".join(f"{key} = {value}\n" for key, value in settings.items())
+        path = self.config_file(task)
+        path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, lambda temp: temp.write_text(text, encoding="utf-8"))
-        return path
 
-    def options(self, task: str, seed: int) -> list[str]:
-        return ["--config", str(self.config_file(task)), "--seed", str(seed), *self.overrides]
+    def overrides_for(self, seed: int) -> list[str]:
+        """What a run's command line adds to its task's config file."""
+        return ["--seed", str(seed), *self.overrides]
 
     def train(self, task: str, seed: int):
         run_dir = self.run_dir(task, seed)
         latest = run_dir / "checkpoints" / "checkpoint.pt"
         if run_dir.exists() and not latest.is_file():
             shutil.rmtree(run_dir)  # stopped before its first checkpoint: start it again
-        command = [sys.executable, str(ROOT / "src" / "main.py"), *self.process_options(), *self.options(task, seed),
-                   "--run-id", run_dir.name]
+        command = [sys.executable, str(ROOT / "src" / "main.py"), *self.process_options(),
+                   "--config", str(self.config_file(task)), *self.overrides_for(seed), "--run-id", run_dir.name]
         command += ["--cp", str(latest)] if latest.is_file() else ["--cp", str(self.start_checkpoint(task, seed)),
                                                                     "--switch-training"]
         result = subprocess.run(command)
@@ -191,10 +196,9 @@ class Runner:
 
     def score(self, task: str, seed: int):
         """The best checkpoint's metrics on the dev split(s), and its predictions on the hidden test split(s)."""
-        options = self.options(task, seed)
         best = self.run_dir(task, seed) / "checkpoints" / "best.pt"
         saved = checkpoints.load(best)
-        config = checkpoints.with_architecture(load_config(Path(options[1]), options[2:]), saved)
+        config = checkpoints.with_architecture(load_config(self.config_file(task), self.overrides_for(seed)), saved)
         task_object = ClassificationTask(config, load_vocab(self.out / "vocab"), select_device(config.device))
         trainer = Trainer(config, task_object)
         model = trainer.restored_model(saved, best)
@@ -238,17 +242,8 @@ def ax_submission(trainer: Trainer, model, glue_dir: Path) -> dict[str, list[str
     task = trainer.task
     examples = glue_tasks.read_split(glue_dir, "ax", "test")
     encoded = glue_tasks.encode_examples(task.vocab, examples.first, examples.second, task.config.seq_len)
-    part = Part("test", examples, encoded)
-    predictions = []
-    model.eval()
-    with torch.no_grad():
-        for start in range(0, len(part), task.config.batch_size):
-            batch = to_device(part.batch(np.arange(start, min(start + task.config.batch_size, len(part))),
-                                         task.vocab.pad_id, task.config.seq_len), task.device, False)
-            with trainer.autocast:
-                logits, _ = task.outputs(model, {**batch, "labels": None})
-            predictions.append(logits.argmax(-1).cpu().numpy())
-    return {"AX.tsv": glue_tasks.submission_lines(glue_tasks.TASKS["ax"], np.concatenate(predictions), examples.index)}
+    predictions = task.predict(model, Part("test", examples, encoded), trainer.autocast)
+    return {"AX.tsv": glue_tasks.submission_lines(glue_tasks.TASKS["ax"], predictions, examples.index)}
 
 
 # ----------------------------------------------------------------------------- the table
@@ -335,7 +330,7 @@ def main(argv=None):
     parse_overrides(overrides)  # a bad key or value stops here, before anything is written
     tasks = available_tasks(args.glue_dir, args.tasks, args.skip_missing)
     runner = Runner(args, overrides)
-    runner.prepare()
+    runner.prepare(tasks)
     try:
         runner.run_all(tasks)
     except KeyboardInterrupt:

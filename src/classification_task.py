@@ -8,6 +8,7 @@ length-grouping, training batches hold examples of similar length, so even less 
 scores the whole dev split (MNLI's two, matched and mismatched) at every validation.
 """
 import dataclasses
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,12 +56,8 @@ def confusion_matrix(predicted: torch.Tensor, labels: torch.Tensor, classes: int
 
 def confusion_metrics(confusion: np.ndarray) -> dict[str, float]:
     """Accuracy and Matthews correlation from counts[true, predicted], and F1 of class 1 with two classes."""
-    total, correct = confusion.sum(), np.trace(confusion)
-    true_counts, predicted_counts = confusion.sum(1), confusion.sum(0)
-    numerator = correct * total - (true_counts * predicted_counts).sum()
-    denominator = np.sqrt(float(total ** 2 - (predicted_counts ** 2).sum())) * np.sqrt(
-        float(total ** 2 - (true_counts ** 2).sum()))
-    metrics = {"accuracy": float(correct / total), "matthews": float(numerator / denominator) if denominator else 0.0}
+    metrics = {"accuracy": float(np.trace(confusion) / confusion.sum()),
+               "matthews": glue_tasks.matthews_from_confusion(confusion)}
     if len(confusion) == 2:
         true_positive = confusion[1, 1]
         metrics["f1"] = float(2 * true_positive / (2 * true_positive + confusion[0, 1] + confusion[1, 0]) or 0.0)
@@ -147,22 +144,19 @@ class ClassificationTask:
                              lambda epoch, rows: data.batch(rows, self.vocab.pad_id, self.config.seq_len))
 
     def eval_batches(self, split: str, count: int | None):
-        """Every example of the split's parts once (each part's last batch may be short), tagged with
-        its part; or for the test split the first `count` batches (test-iters). Validation always
-        scores the whole dev split: val-iters is for pre-training. Each rank scores every
-        world-size-th example."""
-        if split == "val":
-            count = None
-        rank, world, size = self.order.rank, self.order.world_size, self.order.batch_size
-        produced = 0
-        for number, part in enumerate(self.parts(split)):
-            rows = np.arange(len(part))[rank::world]
-            for start in range(0, len(rows), size):
-                if count is not None and produced == count:
-                    return
-                batch = part.batch(rows[start:start + size], self.vocab.pad_id, self.config.seq_len)
-                yield to_device(batch, self.device, False) | {"part": number}
-                produced += 1
+        """Every example of the split's parts once, tagged with its part; or for the test split the
+        first `count` batches (test-iters). Validation always scores the whole dev split: val-iters is
+        for pre-training."""
+        batches = (batch for number, part in enumerate(self.parts(split)) for batch in self.part_batches(part, number))
+        return batches if count is None or split == "val" else itertools.islice(batches, count)
+
+    def part_batches(self, part: Part, number: int = 0):
+        """The part's device batches in order (the last may be short), each rank every world-size-th example."""
+        rows = np.arange(len(part))[self.order.rank::self.order.world_size]
+        size = self.order.batch_size
+        for start in range(0, len(rows), size):
+            batch = part.batch(rows[start:start + size], self.vocab.pad_id, self.config.seq_len)
+            yield to_device(batch, self.device, False) | {"part": number}
 
     def outputs(self, model, batch: dict):
         return model(batch["input_ids"], batch.get("labels"), attention_mask=batch["attention_mask"],
@@ -232,23 +226,22 @@ class ClassificationTask:
         if not all(part.examples.labels_hidden for part in parts):
             return None
         files = {}
-        for number, part in enumerate(parts):
-            predictions = self.predict(model, split, autocast, number)
+        for part in parts:
+            predictions = self.predict(model, part, autocast)
             index = part.examples.index[np.arange(len(part))[self.order.rank::self.order.world_size]]
             name = self.glue_task.submission_files[part.name]
             files[name] = glue_tasks.submission_lines(self.glue_task, predictions, index)
         return files
 
     @torch.no_grad()
-    def predict(self, model, split: str, autocast, part: int = 0) -> np.ndarray:
-        """Predictions for one part of a split, in its order (this rank's share)."""
+    def predict(self, model, part: Part, autocast) -> np.ndarray:
+        """Predictions for a part, in its order (this rank's share)."""
         model.eval()
         predictions = []
-        for batch in self.eval_batches(split, None):
-            if batch["part"] == part:
-                with autocast:
-                    logits, _ = self.outputs(model, {**batch, "labels": None})
-                predictions.append(self.predicted(logits).cpu().numpy())
+        for batch in self.part_batches(part):
+            with autocast:
+                logits, _ = self.outputs(model, {**batch, "labels": None})
+            predictions.append(self.predicted(logits).cpu().numpy())
         model.train()
         return np.concatenate(predictions)
 

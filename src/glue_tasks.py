@@ -485,7 +485,12 @@ def matthews_correlation(labels: np.ndarray, predictions: np.ndarray) -> float:
     matthews_corrcoef); 0 where undefined, e.g. a model that always predicts one class."""
     labels, predictions = np.asarray(labels, np.int64), np.asarray(predictions, np.int64)
     classes = int(max(labels.max(), predictions.max())) + 1
-    confusion = np.bincount(labels * classes + predictions, minlength=classes * classes).reshape(classes, classes)
+    return matthews_from_confusion(
+        np.bincount(labels * classes + predictions, minlength=classes * classes).reshape(classes, classes))
+
+
+def matthews_from_confusion(confusion: np.ndarray) -> float:
+    """Matthews correlation from counts[true, predicted]; 0 where undefined."""
     total, correct = float(confusion.sum()), float(np.trace(confusion))
     true_counts, predicted_counts = confusion.sum(1).astype(float), confusion.sum(0).astype(float)
     numerator = correct * total - true_counts @ predicted_counts

@@ -86,13 +86,19 @@ def unmasked_ids(batch: dict) -> np.ndarray:
 @dataclasses.dataclass(frozen=True)
 class ShardRules:
     """What every shard of a run must agree with."""
-    expect: dict  # header fields: seq_len, vocab_size, vocab_checksum
     seq_len: int
+    vocab_size: int
+    vocab_checksum: str
     pad_id: int
     sep_id: int
     static_rule: MaskingRule | None  # masking = static: the rule the stored masks must follow
     pairs: str | None  # the sentence pairs the shards must hold; None: any
     mask_rate: float  # sizes the slots of stored masks
+
+    @property
+    def expect(self) -> dict:
+        """The header fields shards.read_shard checks."""
+        return {"seq_len": self.seq_len, "vocab_size": self.vocab_size, "vocab_checksum": self.vocab_checksum}
 
 
 class ShardSplit:
@@ -128,7 +134,7 @@ class ShardSplit:
     def read(self, path) -> Shard:
         rules = self.rules
         if isinstance(path, legacy.ArticleFiles):
-            return read_articles(path, rules.seq_len, rules.expect["vocab_size"])
+            return read_articles(path, rules.seq_len, rules.vocab_size)
         return with_masking(read_shard(path, rules.expect), rules.static_rule)
 
     def checked(self, path, shard: Shard) -> Shard:
@@ -162,9 +168,8 @@ class LanguageModelData:
     def __init__(self, config, vocab, rank: int, world_size: int, *, static_rule: MaskingRule | None = None,
                  pairs: str | None = None):
         self.config = config
-        self.rules = ShardRules({"seq_len": config.seq_len, "vocab_size": vocab.size,
-                                 "vocab_checksum": vocab.checksum},
-                                config.seq_len, vocab.pad_id, vocab.sep_id, static_rule, pairs, config.mask_rate)
+        self.rules = ShardRules(config.seq_len, vocab.size, vocab.checksum, vocab.pad_id, vocab.sep_id, static_rule,
+                                pairs, config.mask_rate)
         self.order = BatchOrder(config.batch_size, config.seed, rank, world_size)
         self.patterns = {split: split_pattern(config, split) for split in PATTERN_KEYS}
         self.splits: dict[str, ShardSplit] = {}

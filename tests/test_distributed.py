@@ -133,8 +133,8 @@ def test_a_busy_port_is_one_line_naming_the_key(mlm_workdir_factory, tmp_path):
     assert not (workdir / "runs").exists()
 
 
-def test_a_rank_that_dies_ends_the_whole_run(mlm_workdir_factory, tmp_path):
-    """Rank 1 killed mid-training: the launcher stops rank 0 too and names the rank."""
+def launch_two_ranks(mlm_workdir_factory, tmp_path):
+    """An endless 2-process --ddp run in tmp_path/work: the launcher and the file its stderr goes to."""
     workdir = mlm_workdir_factory(tmp_path / "work", max_iters=100_000, lr_decay_iters=100_000,
                                   val_interval=100_000)
     stderr_path = tmp_path / "stderr.txt"
@@ -142,14 +142,25 @@ def test_a_rank_that_dies_ends_the_whole_run(mlm_workdir_factory, tmp_path):
         launcher = subprocess.Popen([sys.executable, str(MAIN), "--ddp", "--nproc", "2",
                                      "--dist-master-port", str(free_port())],
                                     cwd=workdir, stdout=subprocess.DEVNULL, stderr=stderr)
+    return launcher, stderr_path
+
+
+def wait_until_training(launcher, stderr_path, workdir) -> str:
+    """Wait for step 2 in the run's log; the launcher's `started 2 ...` line, which names the ranks' pids."""
+    log = workdir / "runs" / "run0" / "logs" / "log.txt"
+    deadline = time.monotonic() + TIMEOUT
+    while not (log.exists() and "step 2 |" in log.read_text(encoding="utf-8")):
+        assert launcher.poll() is None, stderr_path.read_text()
+        assert time.monotonic() < deadline, "training did not start"
+        time.sleep(0.2)
+    return next(line for line in stderr_path.read_text().splitlines() if line.startswith("started 2"))
+
+
+def test_a_rank_that_dies_ends_the_whole_run(mlm_workdir_factory, tmp_path):
+    """Rank 1 killed mid-training: the launcher stops rank 0 too and names the rank."""
+    launcher, stderr_path = launch_two_ranks(mlm_workdir_factory, tmp_path)
     try:
-        log = workdir / "runs" / "run0" / "logs" / "log.txt"
-        deadline = time.monotonic() + TIMEOUT
-        while not (log.exists() and "step 2 |" in log.read_text(encoding="utf-8")):
-            assert launcher.poll() is None, stderr_path.read_text()
-            assert time.monotonic() < deadline, "training did not start"
-            time.sleep(0.2)
-        started = next(line for line in stderr_path.read_text().splitlines() if line.startswith("started 2"))
+        started = wait_until_training(launcher, stderr_path, tmp_path / "work")
         rank1_pid = int(started.split("rank 1 pid ")[1])
         killed_at = time.monotonic()
         subprocess.run(["kill", "-KILL", str(rank1_pid)], check=True)
@@ -202,20 +213,8 @@ def test_the_launcher_names_the_rank_that_died_not_the_one_gloo_aborted_after_it
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="looks the ranks up in /proc")
 def test_ranks_die_with_their_launcher(mlm_workdir_factory, tmp_path):
     """kill -9 of the --ddp launcher: its ranks go too, and nobody writes the run any more."""
-    workdir = mlm_workdir_factory(tmp_path / "work", max_iters=100_000, lr_decay_iters=100_000,
-                                  val_interval=100_000)
-    stderr_path = tmp_path / "stderr.txt"
-    with stderr_path.open("w") as stderr:
-        launcher = subprocess.Popen([sys.executable, str(MAIN), "--ddp", "--nproc", "2",
-                                     "--dist-master-port", str(free_port())],
-                                    cwd=workdir, stdout=subprocess.DEVNULL, stderr=stderr)
-    log = workdir / "runs" / "run0" / "logs" / "log.txt"
-    deadline = time.monotonic() + TIMEOUT
-    while not (log.exists() and "step 2 |" in log.read_text(encoding="utf-8")):
-        assert launcher.poll() is None, stderr_path.read_text()
-        assert time.monotonic() < deadline, "training did not start"
-        time.sleep(0.2)
-    started = next(line for line in stderr_path.read_text().splitlines() if line.startswith("started 2"))
+    launcher, stderr_path = launch_two_ranks(mlm_workdir_factory, tmp_path)
+    started = wait_until_training(launcher, stderr_path, tmp_path / "work")
     ranks = [int(pid) for pid in re.findall(r"pid (\d+)", started)]
     launcher.kill()
     launcher.wait()
