@@ -69,13 +69,6 @@ def classify(model, vocab, first: list[str], second: list[str] | None, seq_len: 
     return results
 
 
-def label_names(task: str, num_labels: int) -> tuple[str, ...]:
-    """What class i means to the checkpoint's task: GLUE's label names, or `classify`'s numbers."""
-    if task in glue_tasks.TASKS:
-        return glue_tasks.TASKS[task].label_names
-    return tuple(str(label) for label in range(num_labels))
-
-
 def read_sentences(path: Path) -> list[str]:
     try:
         lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
@@ -108,7 +101,7 @@ def main(argv=None):
     first, second = split_pairs(texts, task)
     # cut as fine-tuning cut them: to the run's seq-len, within the position table
     seq_len = min(int(checkpoint["config"].get("seq-len", model.config.max_len)), model.config.max_len)
-    names = label_names(task, model.config.num_labels)
+    names = glue_tasks.label_names(task, model.config.num_labels)
     for text, (label, value) in zip(texts, classify(model, vocab, first, second, seq_len)):
         print(f"{value:.3f}\t{text}" if model.config.num_labels == 1 else f"{names[label]}\t{value:.3f}\t{text}")
 

@@ -1,17 +1,19 @@
-"""Export a checkpoint to a Hugging Face transformers directory.
+"""Export a checkpoint to a Hugging Face transformers directory: every architecture, every task.
 
 Example:
     python scripts/export_hf.py --cp demo/runs/run0/checkpoints/best.pt -o demo/hf-mlm
 
-Writes config.json, model.safetensors, vocab.txt, tokenizer_config.json and
-special_tokens_map.json, so that transformers.BertForMaskedLM (an MLM checkpoint) or
-BertForSequenceClassification (a fine-tuned one) and BertTokenizerFast load the directory
-with from_pretrained, with no missing or unexpected weights.
+BERT's own architecture becomes transformers' BERT classes (BertForMaskedLM,
+BertForSequenceClassification, ...); any other (pre-LN, RoPE, GeGLU, mean pooling, ...) a model
+whose code travels in the directory, loaded with trust_remote_code=True. The directory also holds
+the tokenizer (tokenizer.json, vocab.txt), the label names and a model card (README.md). It is
+written whole into a temporary directory first, then renamed into place.
 """
 import argparse
 import json
-import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -19,36 +21,20 @@ from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 import checkpoint as checkpoints  # noqa: E402
-from atomic import atomic_write  # noqa: E402
-from config import CLASSIFICATION_TASKS  # noqa: E402
+import hf_export  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
-from hf_weights import to_hf  # noqa: E402
-from model import (INIT_STD, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification,  # noqa: E402
-                   ModelConfig)
+from model import BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, ModelConfig  # noqa: E402
+from model import BertForCausalLM, ElectraForPreTraining  # noqa: E402
 from vocab import Vocab  # noqa: E402
 
-# An ELECTRA checkpoint exports its discriminator, the encoder that fine-tuning keeps; an imported
-# BertModel (task "encoder") goes back as one, with its pooler.
-ARCHITECTURES = ({"mlm": "BertForMaskedLM", "electra": "BertModel", "encoder": "BertModel"}
-                 | {task: "BertForSequenceClassification" for task in CLASSIFICATION_TASKS})
-# Model settings transformers' BERT cannot express, with the value BERT has.
-BERT_ONLY = {"norm": "postln", "position": "learned", "feed_forward": "gelu", "pooling": "cls"}
-
-
-def check_exportable(path: Path, checkpoint: dict):
-    if checkpoint["task"] not in ARCHITECTURES:
-        raise UserError(f"{path}: a {checkpoint['task']} checkpoint; export takes {', '.join(ARCHITECTURES)}")
-    for key, bert_value in BERT_ONLY.items():
-        value = checkpoint["model_config"].get(key, bert_value)
-        if value != bert_value:
-            raise UserError(f"{path}: {key} = {value}: transformers' BERT has only {key} = {bert_value}")
+MODEL_CLASSES = {"mlm": BertForMaskedLM, "clm": BertForCausalLM, "electra": ElectraForPreTraining}
 
 
 def check_weights(path: Path, checkpoint: dict):
     """The weights fit the checkpoint's architecture and hold the whole encoder: a damaged file is
     named, not exported."""
     config = ModelConfig(**checkpoint["model_config"])
-    kind = BertForMaskedLM if checkpoint["task"] == "mlm" else BertForSequenceClassification
+    kind = MODEL_CLASSES.get(checkpoint["task"], BertForSequenceClassification)
     if checkpoint["task"] == "mlm" and config.sentence_classes:
         kind = BertForPreTraining
     with torch.device("meta"):  # shapes only: nothing allocated, nothing initialised
@@ -60,65 +46,71 @@ def check_weights(path: Path, checkpoint: dict):
         raise UserError(f"{path}: a damaged checkpoint: weights missing: {', '.join(missing[:3])}")
 
 
-def hf_config(checkpoint: dict) -> dict:
-    model = checkpoint["model_config"]
-    architecture = "BertForPreTraining" if model.get("sentence_classes") else ARCHITECTURES[checkpoint["task"]]
-    config = {"architectures": [architecture], "model_type": "bert",
-              "vocab_size": model["vocab_size"], "hidden_size": model["d_model"],
-              "num_hidden_layers": model["n_layer"], "num_attention_heads": model["heads"],
-              "intermediate_size": model["d_ff"], "hidden_act": "gelu",
-              "hidden_dropout_prob": model["dropout"], "attention_probs_dropout_prob": model["dropout"],
-              "max_position_embeddings": model["max_len"], "type_vocab_size": model["segments"],
-              "layer_norm_eps": model["layer_norm_eps"], "pad_token_id": model["pad_id"],
-              "initializer_range": INIT_STD, "position_embedding_type": "absolute"}
-    if checkpoint["task"] in CLASSIFICATION_TASKS:
-        config["id2label"] = {str(i): f"LABEL_{i}" for i in range(model["num_labels"])}
-        config["label2id"] = {f"LABEL_{i}": i for i in range(model["num_labels"])}
-    return config
+def check_output(out_dir: Path, force: bool):
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir}: exists and is not a directory")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+        raise UserError(f"{out_dir}: exists and is not empty; add --force to replace it")
 
 
-def tokenizer_files(vocab: Vocab, max_len: int) -> dict[str, str]:
-    special = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
-               "mask_token": "[MASK]"}
-    config = {"tokenizer_class": "BertTokenizer", "do_lower_case": vocab.lowercase,
-              "model_max_length": max_len, **special}
-    return {"vocab.txt": "\n".join(vocab.tokens) + "\n",
-            "tokenizer_config.json": json.dumps(config, indent=2) + "\n",
-            "special_tokens_map.json": json.dumps(special, indent=2) + "\n"}
+def directory_files(checkpoint_path: Path, checkpoint: dict) -> dict[str, str]:
+    files = {"config.json": json.dumps(hf_export.hf_config(checkpoint), indent=2) + "\n",
+             "README.md": hf_export.model_card(checkpoint, checkpoint_path),
+             **hf_export.tokenizer_files(Vocab(tuple(checkpoint["vocab"])), checkpoint["model_config"]["max_len"])}
+    if not hf_export.is_native(checkpoint):
+        files |= hf_export.code_files()
+    return files
 
 
-def export(checkpoint_path: Path, out_dir: Path):
+def export(checkpoint_path: Path, out_dir: Path, force: bool = False) -> list[str]:
+    """Writes the directory; returns the names of its files."""
     checkpoint = checkpoints.load(checkpoint_path)
+    hf_export.check_exportable(checkpoint_path, checkpoint)
     check_weights(checkpoint_path, checkpoint)
-    check_exportable(checkpoint_path, checkpoint)
+    check_output(out_dir, force)
+    files = directory_files(checkpoint_path, checkpoint)
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        temp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     except OSError as error:
-        raise UserError(f"{out_dir}: cannot create output directory ({error.strerror})") from None
-    weights = checkpoint["model"]
-    if ARCHITECTURES[checkpoint["task"]] == "BertModel":
-        weights = {name: tensor for name, tensor in weights.items() if name.startswith(("encoder.", "pooler."))}
-    weights = to_hf(weights)
-    atomic_write(out_dir / "model.safetensors", lambda temp: save_file(weights, temp, metadata={"format": "pt"}))
-    files = {"config.json": json.dumps(hf_config(checkpoint), indent=2) + "\n",
-             **tokenizer_files(Vocab(tuple(checkpoint["vocab"])), checkpoint["model_config"]["max_len"])}
-    for name, text in files.items():
-        atomic_write(out_dir / name, lambda temp, text=text: temp.write_text(text, encoding="utf-8"))
-    return sorted(os.listdir(out_dir))
+        raise UserError(f"{out_dir}: cannot create the output directory ({error.strerror})") from None
+    try:
+        save_file(hf_export.exported_weights(checkpoint), temp / "model.safetensors", metadata={"format": "pt"})
+        for name, text in files.items():
+            (temp / name).write_text(text, encoding="utf-8")
+        replace_directory(temp, out_dir)
+    except OSError as error:
+        raise UserError(f"{out_dir}: cannot write ({error.strerror})") from None
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    return sorted(path.name for path in out_dir.iterdir())
+
+
+def replace_directory(new: Path, out_dir: Path):
+    """out_dir := new; an old out_dir (--force) is moved aside first and removed once new is in place."""
+    old = None
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        out_dir.rename(old)
+    new.rename(out_dir)
+    if old is not None:
+        shutil.rmtree(old)
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cp", type=Path, required=True,
-                        help="our checkpoint (mlm, sst2, classify, an imported encoder, or electra: its discriminator)")
+                        help="our checkpoint: pre-trained (mlm, clm, electra), fine-tuned, or imported")
     parser.add_argument("-o", "--output", type=Path, required=True, help="directory to write")
+    parser.add_argument("--force", action="store_true", help="replace an output directory that is not empty")
     return parser.parse_args(argv)
 
 
 @exit_on_user_error
 def main(argv=None):
     args = parse_args(argv)
-    names = export(args.cp, args.output)
+    names = export(args.cp, args.output, args.force)
     print(f"wrote {args.output}: {', '.join(names)}")
 
 

@@ -1,12 +1,14 @@
-"""Turn a Hugging Face BERT directory into a checkpoint of ours, to fine-tune or pre-train on.
+"""Turn a Hugging Face directory into a checkpoint of ours, to fine-tune or pre-train on.
 
 Example:
     python scripts/import_hf.py -i bert-base-uncased/ -o wiki/bert-base.pt
     python src/main.py --cp wiki/bert-base.pt          # with task-type = sst2: fine-tune it
 
-Reads config.json, vocab.txt and model.safetensors (or pytorch_model.bin, loaded safely) of
-a BertModel, BertForMaskedLM or BertForSequenceClassification. Heads the directory lacks
-start fresh when training begins, and the log says so.
+Reads config.json, the vocabulary (vocab.txt, or tokenizer.json alone) and model.safetensors (or
+pytorch_model.bin, loaded safely) of a transformers BERT (BertModel, BertForMaskedLM,
+BertForPreTraining, BertLMHeadModel, BertForSequenceClassification), an ELECTRA discriminator, or
+any directory scripts/export_hf.py wrote. Heads the directory lacks start fresh when training
+begins, and the log says so.
 """
 import argparse
 import json
@@ -19,11 +21,21 @@ from safetensors.torch import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 import checkpoint as checkpoints  # noqa: E402
-from config import Config  # noqa: E402
+from config import CLASSIFICATION_TASKS, Config  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from hf_weights import from_hf  # noqa: E402
-from model import BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, ModelConfig  # noqa: E402
-from vocab import load_vocab  # noqa: E402
+from model import (BertForCausalLM, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification,  # noqa: E402
+                   ModelConfig)
+from vocab import SPECIAL_TOKENS, Vocab, load_vocab  # noqa: E402
+
+# What each model type must have to be ours: transformers' BERT, ELECTRA's discriminator (the same
+# encoder), and the directories export_hf.py writes for the other architectures.
+NATIVE_CHECKS = {"hidden_act": "gelu", "position_embedding_type": "absolute"}
+MODEL_TYPES = ("bert", "electra", "bert-variant")
+# export_hf.py's classes for the other architectures, and the task each holds.
+VARIANT_TASKS = {"BertVariantForMaskedLM": "mlm", "BertVariantForPreTraining": "mlm", "BertVariantForCausalLM": "clm",
+                 "BertVariantForSequenceClassification": "classify", "BertVariantModel": "encoder"}
+MODEL_CLASSES = {"mlm": BertForMaskedLM, "clm": BertForCausalLM, "encoder": BertForSequenceClassification}
 
 
 def read_config(directory: Path) -> dict:
@@ -32,11 +44,32 @@ def read_config(directory: Path) -> dict:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise UserError(f"{path}: cannot read ({error.__class__.__name__})") from None
-    checks = {"model_type": "bert", "hidden_act": "gelu", "position_embedding_type": "absolute"}
-    for key, expected in checks.items():
-        if config.get(key, expected) != expected:
+    if config.get("model_type") not in MODEL_TYPES:
+        raise UserError(f"{path}: model_type is {config.get('model_type')!r}; this program reads "
+                        f"{', '.join(MODEL_TYPES)}")
+    if config["model_type"] == "electra" and config.get("embedding_size", config.get("hidden_size")) != config.get(
+            "hidden_size"):
+        raise UserError(f"{path}: embedding_size {config['embedding_size']} differs from hidden_size "
+                        f"{config['hidden_size']}; this program's embeddings are as wide as its layers")
+    for key, expected in NATIVE_CHECKS.items():
+        if config["model_type"] != "bert-variant" and config.get(key, expected) != expected:
             raise UserError(f"{path}: {key} is {config[key]!r}; this program's BERT has {expected!r}")
     return config
+
+
+def read_vocab(directory: Path) -> Vocab:
+    """vocab.txt, or the WordPiece vocabulary inside tokenizer.json."""
+    if (directory / "vocab.txt").is_file() or not (directory / "tokenizer.json").is_file():
+        return load_vocab(directory)
+    path = directory / "tokenizer.json"
+    try:
+        model = json.loads(path.read_text(encoding="utf-8"))["model"]
+        tokens = tuple(sorted(model["vocab"], key=model["vocab"].get))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UserError(f"{path}: cannot read a WordPiece vocabulary ({error.__class__.__name__})") from None
+    if model.get("type") != "WordPiece" or any(token not in tokens for token in SPECIAL_TOKENS):
+        raise UserError(f"{path}: not a BERT WordPiece tokenizer (model type {model.get('type')!r})")
+    return Vocab(tokens=tokens, path=path)
 
 
 def read_weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -55,25 +88,47 @@ def read_weights(directory: Path) -> dict[str, torch.Tensor]:
     raise UserError(f"{directory}: no model.safetensors or pytorch_model.bin")
 
 
-def model_config(config: dict, vocab, sentence_classes: int) -> ModelConfig:
+def native_architecture(config: dict, vocab: Vocab, task: str, weights: dict) -> ModelConfig:
     return ModelConfig(vocab_size=config["vocab_size"], max_len=config["max_position_embeddings"],
                        d_model=config["hidden_size"], heads=config["num_attention_heads"],
                        n_layer=config["num_hidden_layers"], d_ff=config["intermediate_size"],
                        dropout=config.get("hidden_dropout_prob", 0.1), segments=config.get("type_vocab_size", 2),
                        pad_id=vocab.pad_id, num_labels=len(config.get("id2label", {})) or 2,
-                       layer_norm_eps=config.get("layer_norm_eps", 1e-12), sentence_classes=sentence_classes)
+                       layer_norm_eps=config.get("layer_norm_eps", 1e-12), causal=task == "clm",
+                       sentence_classes=2 if task == "mlm" and "pooler.weight" in weights else 0)
 
 
-def task_of(weights: dict) -> tuple[str, type]:
-    """What the directory holds: a classifier, an MLM model with a pooler (BertForPreTraining,
-    as bert-base-uncased is published), an MLM model, or an encoder alone."""
-    if "classifier.weight" in weights:
-        return "sst2", BertForSequenceClassification
-    if "head.bias" in weights and "pooler.weight" in weights:
-        return "mlm", BertForPreTraining
-    if "head.bias" in weights:
-        return "mlm", BertForMaskedLM
-    return "encoder", BertForSequenceClassification  # has a pooler slot too; any head starts fresh
+def variant_architecture(config: dict, vocab: Vocab, task: str) -> ModelConfig:
+    names = ("max_len", "d_model", "heads", "n_layer", "d_ff", "dropout", "segments", "layer_norm_eps", "norm",
+             "position", "feed_forward", "sentence_classes", "pooling")
+    return ModelConfig(vocab_size=config["vocab_size"], pad_id=vocab.pad_id, causal=task == "clm",
+                       num_labels=len(config.get("id2label", {})) or 2,
+                       **{name: config[name] for name in names if name in config})
+
+
+def task_of(config: dict, weights: dict) -> str:
+    """What the directory holds: a classifier (its fine-tuning task, when it is one of ours), a
+    causal LM, an MLM model (with a pooler and sentence head: BertForPreTraining, as
+    bert-base-uncased is published), or an encoder alone (ELECTRA's discriminator too)."""
+    if config.get("replaced_token_detection"):
+        task = "encoder"
+    elif config["model_type"] == "bert-variant":
+        task = VARIANT_TASKS.get((config.get("architectures") or ["BertVariantModel"])[0], "encoder")
+    elif "classifier.weight" in weights:
+        task = "classify"
+    elif "head.bias" in weights:
+        task = "clm" if config.get("is_decoder") else "mlm"
+    else:
+        task = "encoder"
+    if task == "classify":
+        return config["finetuning_task"] if config.get("finetuning_task") in CLASSIFICATION_TASKS else "sst2"
+    return task
+
+
+def model_class(task: str, architecture: ModelConfig) -> type:
+    if task == "mlm" and architecture.sentence_classes:
+        return BertForPreTraining
+    return MODEL_CLASSES.get(task, BertForSequenceClassification)
 
 
 def check_shapes(directory: Path, weights: dict, model) -> None:
@@ -85,29 +140,44 @@ def check_shapes(directory: Path, weights: dict, model) -> None:
                             f"{list(tensor.shape)} in them, {list(own[name].shape)} by config.json")
 
 
+def our_weights(config: dict, weights: dict) -> tuple[dict, list[str]]:
+    """The weights under our names, and those we have no use for."""
+    if config["model_type"] != "bert-variant":
+        return from_hf(weights)
+    if "head.bias" in weights:
+        weights["head.token_embedding.weight"] = weights["encoder.embeddings.token.weight"]
+    return weights, []
+
+
 def convert(directory: Path, output: Path) -> dict:
     config = read_config(directory)
-    vocab = load_vocab(directory)
+    vocab = read_vocab(directory)
     if vocab.size != config["vocab_size"]:
-        raise UserError(f"{directory}: vocab.txt has {vocab.size} tokens but config.json says {config['vocab_size']}")
-    weights, unused = from_hf(read_weights(directory))
-    task, model_class = task_of(weights)
-    architecture = model_config(config, vocab, sentence_classes=2 if model_class is BertForPreTraining else 0)
-    model = model_class(architecture)
+        raise UserError(f"{directory}: the vocabulary has {vocab.size} tokens but config.json says "
+                        f"{config['vocab_size']}")
+    weights, unused = our_weights(config, read_weights(directory))
+    task = task_of(config, weights)
+    if config["model_type"] == "bert-variant":
+        architecture = variant_architecture(config, vocab, task)
+    else:
+        architecture = native_architecture(config, vocab, task, weights)
+    model = model_class(task, architecture)(architecture)
     check_shapes(directory, weights, model)
     missing, unexpected = model.load_state_dict(weights, strict=False)
-    if any(name.startswith("encoder.") for name in missing) or unexpected:
+    if any(name.startswith("encoder.") for name in missing + unexpected):
         raise UserError(f"{directory}: weights do not fit a BERT: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    kept = {name: tensor for name, tensor in weights.items() if name not in unexpected}  # ELECTRA's detector
     settings = Config(task_type="mlm" if task == "encoder" else task, seq_len=architecture.max_len,
                       d_model=architecture.d_model, heads=architecture.heads,
                       n_layer=architecture.n_layer, d_ff=architecture.d_ff,
                       num_labels=architecture.num_labels, dropout=architecture.dropout,
                       norm=architecture.norm, position=architecture.position,
-                      feed_forward=architecture.feed_forward,
+                      feed_forward=architecture.feed_forward, pooling=architecture.pooling,
                       sentence_objective="nsp" if architecture.sentence_classes else "none")
-    checkpoints.save(output, checkpoints.make_state(task=task, weights=weights, model_config=architecture, vocab=vocab,
+    checkpoints.save(output, checkpoints.make_state(task=task, weights=kept, model_config=architecture, vocab=vocab,
                                                     config=settings.to_dict(), imported_from=str(directory)))
-    return {"task": task, "unused": unused, "fresh": [name for name in missing if not name.startswith("encoder.")]}
+    fresh = [name for name in missing if not name.startswith("encoder.")]
+    return {"task": task, "unused": unused + unexpected, "fresh": fresh}
 
 
 def parse_args(argv=None):

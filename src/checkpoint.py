@@ -33,7 +33,7 @@ REQUIRED_KEYS = ("task", "step", "model", "optimizer", "model_config", "vocab_ch
 KEY_TYPES = {"task": str, "step": int, "tokens": int, "model": dict, "optimizer": (dict, type(None)),
              "model_config": dict, "vocab_checksum": str, "vocab": list, "config": dict,
              "data_position": (dict, type(None)), "rng_per_rank": list, "best": (float, int, type(None)),
-             "elapsed": (float, int)}
+             "elapsed": (float, int), "lineage": list}
 # Free to differ between a checkpoint and the run starting from it: pre-training heads come and go.
 FREE_MODEL_FIELDS = ("dropout", "num_labels", "causal", "sentence_classes", "generator_heads")
 
@@ -49,6 +49,22 @@ def make_state(*, task: str, weights: dict, model_config: ModelConfig, vocab: Vo
             "optimizer": optimizer, "config": config, "model_config": asdict(model_config),
             "vocab_checksum": vocab.checksum, "vocab": list(vocab.tokens), "data_position": data_position,
             "rng_per_rank": rng_per_rank or [], "best": best, "elapsed": elapsed, **extra}
+
+
+def stage(checkpoint: dict) -> dict:
+    """One stage of training in a model's history: its task, steps, tokens and data."""
+    settings = checkpoint["config"]
+    data = None
+    if checkpoint["task"] in ("mlm", "clm", "electra"):
+        data = f"{settings.get('datasets-dir') or 'datasets'}/{settings.get('dataset-pattern')}"
+    return {"task": checkpoint["task"], "step": checkpoint["step"], "tokens": checkpoint.get("tokens", 0),
+            "data": data, "imported_from": checkpoint.get("imported_from")}
+
+
+def lineage(checkpoint: dict) -> list[dict]:
+    """Every stage of training behind a checkpoint's weights, the first first: a run started from
+    another checkpoint's weights keeps that checkpoint's lineage (checkpoint "lineage")."""
+    return [*checkpoint.get("lineage", []), stage(checkpoint)]
 
 
 def save(path: Path, state: dict):

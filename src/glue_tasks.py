@@ -599,3 +599,11 @@ def write_submission(directory: Path, task: GlueTask, split: str, predictions: n
     text = "\n".join(submission_lines(task, predictions, index)) + "\n"
     atomic_write(path, lambda temp: temp.write_text(text, encoding="utf-8"))
     return path
+
+
+def label_names(task: str, num_labels: int) -> tuple[str, ...]:
+    """What class i of a task's classifier means: GLUE's label names, STS-B's one "similarity"
+    score, or the class numbers of `classify`."""
+    if task in TASKS:
+        return TASKS[task].label_names or ("similarity",)
+    return tuple(str(label) for label in range(num_labels))

@@ -27,6 +27,10 @@ NAMES = {
     "sentence_head.bias": "cls.seq_relationship.bias",
     "classifier.weight": "classifier.weight",
     "classifier.bias": "classifier.bias",
+    "detector.0.weight": "discriminator_predictions.dense.weight",  # ELECTRA's discriminator
+    "detector.0.bias": "discriminator_predictions.dense.bias",
+    "detector.2.weight": "discriminator_predictions.dense_prediction.weight",
+    "detector.2.bias": "discriminator_predictions.dense_prediction.bias",
 }
 # Names inside encoder layer N: ours "encoder.layers.N.<key>", theirs "bert.encoder.layer.N.<value>".
 LAYER_NAMES = {
@@ -68,10 +72,9 @@ def to_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def from_hf(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """A transformers BERT state dict (BertModel or a task model) under our names, and the
+    """A transformers BERT state dict (BertModel, a task model, or ELECTRA's discriminator) under our names, and the
     names we had no use for."""
-    theirs = {name if name.startswith(("bert.", "cls.", "classifier.")) else f"bert.{name}": tensor
-              for name, tensor in state.items()}
+    theirs = {their_name(name): tensor for name, tensor in state.items()}
     inverse = {value: key for key, value in NAMES.items()}
     inverse_layer = {value: key for key, value in LAYER_NAMES.items()}
     ours, unused, qkv = {}, [], {}
@@ -93,3 +96,11 @@ def from_hf(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], li
     if "head.bias" in ours:
         ours["head.token_embedding.weight"] = ours["encoder.embeddings.token.weight"]
     return ours, unused
+
+
+def their_name(name: str) -> str:
+    """A name as a BERT task model has it: ELECTRA's "electra." read as "bert.", a BertModel's
+    unprefixed names with "bert."."""
+    if name.startswith("electra."):
+        return "bert." + name.removeprefix("electra.")
+    return name if name.startswith(("bert.", "cls.", "classifier.", "discriminator_predictions.")) else f"bert.{name}"

@@ -124,12 +124,9 @@ class Rotary(nn.Module):
     """Rotary position embedding (RoPE, Su et al. 2021): rotate each pair of query and key
     features by an angle proportional to the position, so scores depend on distance only."""
 
-    def __init__(self, config: ModelConfig, base: float = 10_000.0):
+    def __init__(self, config: ModelConfig):
         super().__init__()
-        head_width = config.d_model // config.heads
-        inverse_frequency = 1.0 / base ** (torch.arange(0, head_width, 2).float() / head_width)
-        angles = torch.outer(torch.arange(config.max_len).float(), inverse_frequency)
-        angles = torch.cat([angles, angles], dim=-1)  # [max_len, head_width], halves rotate together
+        angles = rotary_angles(config)
         # Not in the state dict: they follow from the config.
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
@@ -140,6 +137,15 @@ class Rotary(nn.Module):
         cos, sin = self.cos[offset:offset + length].to(x.dtype), self.sin[offset:offset + length].to(x.dtype)
         first, second = x.chunk(2, dim=-1)
         return x * cos + torch.cat([-second, first], dim=-1) * sin
+
+
+def rotary_angles(config: ModelConfig, base: float = 10_000.0) -> torch.Tensor:
+    """[max_len, head_width]: position p turns feature pair i by p / base^(2i/head_width); the two
+    halves of a head rotate together."""
+    head_width = config.d_model // config.heads
+    inverse_frequency = 1.0 / base ** (torch.arange(0, head_width, 2).float() / head_width)
+    angles = torch.outer(torch.arange(config.max_len).float(), inverse_frequency)
+    return torch.cat([angles, angles], dim=-1)
 
 
 class SelfAttention(nn.Module):
@@ -322,11 +328,15 @@ class BertForPreTraining(BertForMaskedLM):
         """(masked logits, sentence logits [batch, classes], MLM loss + sentence loss)."""
         hidden = self.encoder(input_ids, attention_mask, segment_ids)
         logits = self.predict_masked(hidden, positions)
-        sentence_logits = self.sentence_head(torch.tanh(self.pooler(hidden[:, 0])))
+        sentence_logits = self.classify_pair(hidden)
         if labels is None:
             return logits, sentence_logits, None
         loss = token_loss(logits, labels) + F.cross_entropy(sentence_logits.float(), sentence_labels)
         return logits, sentence_logits, loss
+
+    def classify_pair(self, hidden):
+        """The sentence task's logits from the pooled [CLS] state."""
+        return self.sentence_head(torch.tanh(self.pooler(hidden[:, 0])))
 
 
 class BertForCausalLM(nn.Module):

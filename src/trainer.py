@@ -10,7 +10,7 @@ import math
 import shutil
 import sys
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Protocol
 
@@ -91,6 +91,7 @@ class Run:
     elapsed: float = 0.0  # seconds of training, validation left out: what a time budget counts
     lr: float = 0.0  # of the last step
     start: str | None = None  # the checkpoint whose weights a new run started from
+    lineage: list = field(default_factory=list)  # the training behind those weights (checkpoint.stage)
     resumed_at: int | None = None  # the step a resumed run went on from
     meter: Throughput | None = None  # the training figures since the last log line
     log_sums: dict | None = None  # the meter's sums when the checkpoint a run resumes from was saved
@@ -178,6 +179,7 @@ class Trainer:
                 checkpoints.load_pretrained(model, start, start_path, log)
             run = self.open_run(model, run_dir, log)
             run.start = str(start_path.resolve()) if start is not None else None
+            run.lineage = checkpoints.lineage(start) if start is not None else []
             self.announce(run)
         except BaseException:
             self.discard_run_dir(run_dir, log)
@@ -212,6 +214,7 @@ class Trainer:
                 f"ranks {len(states)} and up start from fresh seeds")
         run.step, run.best, run.position = saved["step"], saved.get("best"), saved.get("data_position")
         run.tokens, run.elapsed, run.start = saved.get("tokens", 0), saved.get("elapsed", 0.0), saved.get("start")
+        run.lineage = saved.get("lineage", [])
         run.resumed_at = run.step
         log(f"resuming {path} at step {run.step}")
         self.announce(run)
@@ -438,7 +441,7 @@ class Trainer:
                 vocab=self.task.vocab, config=self.config.to_dict(),
                 step=run.step, tokens=run.tokens, optimizer=run.optimizer.state_dict(),
                 data_position=run.position, rng_per_rank=rng_per_rank, best=run.best, elapsed=run.elapsed,
-                start=run.start, log_sums_per_rank=[sums for _, sums in per_rank])
+                start=run.start, lineage=run.lineage, log_sums_per_rank=[sums for _, sums in per_rank])
             if kind == "best":
                 checkpoints.save(directory / "best.pt", state)
             else:

@@ -82,6 +82,10 @@ class Vocab:
         tokenizer.post_processor = None
         return tokenizer
 
+    def pair_tokenizer(self) -> Tokenizer:
+        """The same tokenizer as BERT's users run it: [CLS] a [SEP] b [SEP], segment ids 0 then 1."""
+        return BertWordPieceTokenizer(dict(self.ids), lowercase=self.lowercase)
+
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Token ids of each text, without special tokens."""
         return [encoding.ids for encoding in self.tokenizer.encode_batch(texts, add_special_tokens=False)]

@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from transformers import BertModel as TheirBertModel
+from transformers import ElectraForPreTraining as TheirElectra
 
 import checkpoint as checkpoints
 import export_hf
@@ -95,9 +95,9 @@ def test_two_processes_train_electra(mlm_workdir):
     assert saved["task"] == "electra" and saved["step"] == 6 and len(saved["rng_per_rank"]) == 2
 
 
-def test_fine_tuning_starts_from_the_discriminator_and_export_gives_it_to_transformers(
+def test_fine_tuning_starts_from_the_discriminator_and_export_gives_it_to_transformers_electra(
         mlm_workdir, rotten_tomatoes, tmp_path):
-    bert = ["--norm", "postln", "--position", "learned"]  # what transformers' BertModel can hold
+    bert = ["--norm", "postln", "--position", "learned"]  # what transformers' ElectraForPreTraining holds
     run_dir = main.run(main.load_config(None, ELECTRA + bert + ["--max-iters", "4"]), None, False)
     electra = run_dir / "checkpoints" / "checkpoint.pt"
     make_demo.write_sst2(mlm_workdir / "datasets", rotten_tomatoes, seed=123)
@@ -108,14 +108,14 @@ def test_fine_tuning_starts_from_the_discriminator_and_export_gives_it_to_transf
     assert "not used: detector.*, generator.*, generator_head.*, generator_input.*" in log
 
     export_hf.main(["--cp", str(electra), "-o", str(tmp_path / "hf")])
-    # The discriminator has no pooler: load it as an encoder alone.
-    theirs, info = TheirBertModel.from_pretrained(tmp_path / "hf", add_pooling_layer=False, output_loading_info=True)
-    assert not info["missing_keys"] and not info["mismatched_keys"]
+    # BERT's layout: transformers' own ELECTRA discriminator, detector head included.
+    theirs, info = TheirElectra.from_pretrained(tmp_path / "hf", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
     ours = ElectraForPreTraining(ModelConfig(**checkpoints.load(electra)["model_config"]))
     ours.load_state_dict(checkpoints.load(electra)["model"])
     ids = torch.randint(5, 100, (2, 20))
     with torch.no_grad():
-        torch.testing.assert_close(ours.eval().encoder(ids), theirs.eval()(ids).last_hidden_state,
+        torch.testing.assert_close(ours.eval().detector(ours.encoder(ids)).squeeze(-1), theirs.eval()(ids).logits,
                                    rtol=1e-4, atol=1e-4)
     shutil.rmtree(tmp_path / "hf")
 

@@ -1,0 +1,257 @@
+"""A checkpoint as a Hugging Face transformers directory, for every architecture and task.
+
+BERT's own architecture (post-LN, learned positions, GELU, [CLS] pooling) becomes transformers'
+native classes (BertForMaskedLM, BertForSequenceClassification, ...; ELECTRA's discriminator
+ElectraForPreTraining). Any other becomes a model whose code travels in the directory, loaded with
+trust_remote_code=True: etc/hf/'s two files adapt inputs and outputs, and bert_variant_layers.py,
+generated here from src/model.py, is the program's own model code, so the two cannot drift apart.
+"""
+import ast
+import inspect
+import json
+import re
+from pathlib import Path
+
+import checkpoint as checkpoints
+import config as config_module
+import cpu_kernels
+import masking
+import model as model_module
+from config import CLASSIFICATION_TASKS
+from errors import UserError
+from glue_tasks import label_names
+from hf_weights import to_hf
+from model import INIT_STD
+from vocab import Vocab
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "etc" / "hf"
+LAYERS_MODULE = "bert_variant_layers"
+# Settings transformers' BERT expresses, with BERT's value; pooling only matters to classifiers.
+BERT_ARCHITECTURE = {"norm": "postln", "position": "learned", "feed_forward": "gelu"}
+# What src/model.py imports that only a training run needs: the definitions using them stay behind.
+RUN_ONLY = {"Config", "UserError"}
+# Weights a transformers directory never holds: ELECTRA's generator, which fine-tuning drops.
+GENERATOR = ("generator.", "generator_input.", "generator_head.")
+
+NATIVE_CLASSES = {"mlm": "BertForMaskedLM", "clm": "BertLMHeadModel", "electra": "ElectraForPreTraining",
+                  "encoder": "BertModel"} | {task: "BertForSequenceClassification" for task in CLASSIFICATION_TASKS}
+VARIANT_CLASSES = {"mlm": "BertVariantForMaskedLM", "clm": "BertVariantForCausalLM",
+                   "electra": "BertVariantForPreTraining", "encoder": "BertVariantModel"} | {
+    task: "BertVariantForSequenceClassification" for task in CLASSIFICATION_TASKS}
+# The Auto class each exported class answers to.
+AUTO_CLASSES = {"BertVariantModel": "AutoModel", "BertVariantForMaskedLM": "AutoModelForMaskedLM",
+                "BertVariantForPreTraining": "AutoModelForPreTraining",
+                "BertVariantForCausalLM": "AutoModelForCausalLM",
+                "BertVariantForSequenceClassification": "AutoModelForSequenceClassification"}
+
+
+def is_native(checkpoint: dict) -> bool:
+    """Whether transformers' own BERT (or ELECTRA) classes hold the model exactly."""
+    saved = checkpoint["model_config"]
+    bert = all(saved.get(key, value) == value for key, value in BERT_ARCHITECTURE.items())
+    return bert and (checkpoint["task"] not in CLASSIFICATION_TASKS or saved.get("pooling", "cls") == "cls")
+
+
+def architecture(checkpoint: dict) -> str:
+    """The transformers class the directory holds."""
+    task, saved = checkpoint["task"], checkpoint["model_config"]
+    if task == "mlm" and saved.get("sentence_classes"):
+        return "BertForPreTraining" if is_native(checkpoint) else "BertVariantForPreTraining"
+    return (NATIVE_CLASSES if is_native(checkpoint) else VARIANT_CLASSES)[task]
+
+
+def check_exportable(path: Path, checkpoint: dict):
+    if checkpoint["task"] not in NATIVE_CLASSES:
+        raise UserError(f"{path}: a {checkpoint['task']} checkpoint has no transformers counterpart; "
+                        f"export takes {', '.join(NATIVE_CLASSES)}")
+
+
+def exported_weights(checkpoint: dict) -> dict:
+    """The weights under the directory's names: transformers' for native classes, ours otherwise
+    (the tied decoder and ELECTRA's generator left out)."""
+    weights = {name: tensor for name, tensor in checkpoint["model"].items()
+               if not name.startswith(GENERATOR) and name != "head.token_embedding.weight"}
+    if not is_native(checkpoint):
+        return {name: tensor.contiguous() for name, tensor in weights.items()}
+    if checkpoint["task"] == "encoder":
+        weights = {name: tensor for name, tensor in weights.items() if name.startswith(("encoder.", "pooler."))}
+    theirs = to_hf(weights)
+    if checkpoint["task"] == "electra":
+        return {re.sub(r"^bert\.", "electra.", name): tensor for name, tensor in theirs.items()}
+    return theirs
+
+
+# ----------------------------------------------------------------------------------------- config.json
+
+def hf_config(checkpoint: dict) -> dict:
+    config = native_config(checkpoint) if is_native(checkpoint) else variant_config(checkpoint)
+    config["architectures"] = [architecture(checkpoint)]
+    if checkpoint["task"] in CLASSIFICATION_TASKS:
+        names = label_names(checkpoint["task"], checkpoint["model_config"]["num_labels"])
+        config["id2label"] = {str(index): name for index, name in enumerate(names)}
+        config["label2id"] = {name: index for index, name in enumerate(names)}
+        config["finetuning_task"] = checkpoint["task"]
+        if len(names) == 1:
+            config["problem_type"] = "regression"
+    return config
+
+
+def native_config(checkpoint: dict) -> dict:
+    saved = checkpoint["model_config"]
+    config = {"model_type": "bert", "vocab_size": saved["vocab_size"], "hidden_size": saved["d_model"],
+              "num_hidden_layers": saved["n_layer"], "num_attention_heads": saved["heads"],
+              "intermediate_size": saved["d_ff"], "hidden_act": "gelu",
+              "hidden_dropout_prob": saved["dropout"], "attention_probs_dropout_prob": saved["dropout"],
+              "max_position_embeddings": saved["max_len"], "type_vocab_size": saved["segments"],
+              "layer_norm_eps": saved["layer_norm_eps"], "pad_token_id": saved["pad_id"],
+              "initializer_range": INIT_STD, "position_embedding_type": "absolute"}
+    if checkpoint["task"] == "clm":
+        config["is_decoder"] = True
+    if checkpoint["task"] == "electra":
+        config |= {"model_type": "electra", "embedding_size": saved["d_model"]}
+    return config
+
+
+def variant_config(checkpoint: dict) -> dict:
+    saved = checkpoint["model_config"]
+    fields = ("vocab_size", "max_len", "d_model", "heads", "n_layer", "d_ff", "dropout", "segments",
+              "layer_norm_eps", "norm", "position", "feed_forward", "causal", "sentence_classes", "pooling")
+    auto_map = {"AutoConfig": "configuration_bert_variant.BertVariantConfig"}
+    classes = {architecture(checkpoint), "BertVariantModel", "BertVariantForSequenceClassification"}
+    if checkpoint["task"] == "mlm":
+        classes.add("BertVariantForMaskedLM")
+    for name in sorted(classes):
+        auto_map[AUTO_CLASSES[name]] = f"modeling_bert_variant.{name}"
+    return {"model_type": "bert-variant", "auto_map": auto_map, "pad_token_id": saved["pad_id"],
+            "initializer_range": INIT_STD, "replaced_token_detection": checkpoint["task"] == "electra",
+            **{field: saved[field] for field in fields if field in saved}}
+
+
+# ----------------------------------------------------------------------------------------- code files
+
+def code_files() -> dict[str, str]:
+    """The remote code: etc/hf's adapters and the layers generated from src/model.py."""
+    adapters = ("configuration_bert_variant.py", "modeling_bert_variant.py")
+    return {name: (TEMPLATES / name).read_text(encoding="utf-8") for name in adapters} | {
+        f"{LAYERS_MODULE}.py": layers_source()}
+
+
+def layers_source() -> str:
+    """src/model.py as a file that stands alone: its imports from the program's other modules
+    replaced by the definitions they import (cpu_kernels.py whole), and the definitions that need
+    a training run's Config left out."""
+    tree = ast.parse(inspect.getsource(model_module))
+    imports, definitions, borrowed = [], [], []
+    for node in tree.body:
+        if isinstance(node, ast.Import) and [alias.name for alias in node.names] == ["cpu_kernels"]:
+            borrowed += module_definitions(cpu_kernels, imports)
+        elif isinstance(node, ast.ImportFrom) and node.module in ("config", "errors", "masking"):
+            borrowed += imported_definitions(node)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            imports.append(ast.unparse(node))
+        elif not uses(node, RUN_ONLY) and not is_docstring(node):
+            definitions.append(source_of(inspect.getsource(model_module), node))
+    body = re.sub(r"\bcpu_kernels\.", "", "\n\n\n".join(definitions))
+    header = ('"""BERT and its variants: src/model.py of the BERT-from-scratch program, generated by '
+              'scripts/export_hf.py.\nDo not edit: export again."""')
+    check_names_unique(borrowed + definitions)
+    return "\n".join([header, *dict.fromkeys(imports), "", "", *borrowed, body]) + "\n"
+
+
+def module_definitions(module, imports: list[str]) -> list[str]:
+    """A module's top-level definitions as source; its imports join `imports`."""
+    source = inspect.getsource(module)
+    kept = []
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            imports.append(ast.unparse(node))
+        elif not is_docstring(node):
+            kept.append(source_of(source, node) + "\n\n")
+    return kept
+
+
+def imported_definitions(node: ast.ImportFrom) -> list[str]:
+    """`from config import NORMS, attention_shape_problem`: the constants' values, the functions' source."""
+    module = {"config": config_module, "errors": None, "masking": masking}[node.module]
+    kept = []
+    for alias in node.names:
+        if alias.name in RUN_ONLY:
+            continue
+        value = getattr(module, alias.name)
+        kept.append(inspect.getsource(value) + "\n\n" if callable(value) else f"{alias.name} = {value!r}\n")
+    return kept
+
+
+def source_of(source: str, node: ast.stmt) -> str:
+    """A top-level statement's text, decorators included."""
+    first = min([node.lineno] + [decorator.lineno for decorator in getattr(node, "decorator_list", [])])
+    return "\n".join(source.splitlines()[first - 1:node.end_lineno])
+
+
+def uses(node: ast.AST, names: set[str]) -> bool:
+    return any(isinstance(child, ast.Name) and child.id in names for child in ast.walk(node))
+
+
+def is_docstring(node: ast.AST) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+
+
+def check_names_unique(sources: list[str]):
+    """A name defined twice would silently shadow one definition in the generated file."""
+    names = [node.name if hasattr(node, "name") else ast.unparse(node.targets[0])
+             for source in sources for node in ast.parse(source.strip()).body
+             if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Assign))]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise RuntimeError(f"bert_variant_layers.py would define {', '.join(repeated)} twice")
+
+
+# ----------------------------------------------------------------------------------------- tokenizer, card
+
+def tokenizer_files(vocab: Vocab, max_len: int) -> dict[str, str]:
+    """vocab.txt and tokenizer.json (BERT's [CLS] a [SEP] b [SEP], segment ids 0 and 1), so that
+    AutoTokenizer gives the fast tokenizer the program itself uses."""
+    special = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+               "mask_token": "[MASK]"}
+    config = {"tokenizer_class": "BertTokenizer", "do_lower_case": vocab.lowercase,
+              "model_max_length": max_len, **special}
+    return {"vocab.txt": "\n".join(vocab.tokens) + "\n",
+            "tokenizer.json": vocab.pair_tokenizer().to_str(pretty=True) + "\n",
+            "tokenizer_config.json": json.dumps(config, indent=2) + "\n",
+            "special_tokens_map.json": json.dumps(special, indent=2) + "\n"}
+
+
+def model_card(checkpoint: dict, checkpoint_path: Path) -> str:
+    """README.md: the architecture, the training behind the weights, and how to load them."""
+    saved, task, name = checkpoint["model_config"], checkpoint["task"], architecture(checkpoint)
+    remote = "" if is_native(checkpoint) else ", trust_remote_code=True"
+    auto = "AutoModelForSequenceClassification" if task in CLASSIFICATION_TASKS else AUTO_NAMES.get(name, "AutoModel")
+    lines = ["---", "library_name: transformers", "tags: [bert, fill-mask]" if task == "mlm" else "tags: [bert]", "---",
+             f"# {name}", "", f"Exported by the BERT-from-scratch program's `scripts/export_hf.py` from "
+             f"`{checkpoint_path.name}`.", "", "## Architecture", "",
+             f"{saved['n_layer']} layers, width {saved['d_model']}, {saved['heads']} heads, feed-forward "
+             f"{saved['d_ff']} ({saved.get('feed_forward', 'gelu')}), norm {saved.get('norm', 'postln')}, "
+             f"positions {saved.get('position', 'learned')} (up to {saved['max_len']} tokens), "
+             f"vocabulary {saved['vocab_size']} WordPiece tokens.",
+             "" if is_native(checkpoint) else "\nNot BERT's own layout, so the model's code travels in this "
+             "directory (`bert_variant_layers.py` is the program's `src/model.py`).",
+             "", "## Training", ""]
+    lines += [f"- {stage_line(stage)}" for stage in checkpoints.lineage(checkpoint)]
+    if task in CLASSIFICATION_TASKS and checkpoint.get("best") is not None:
+        lines += ["", f"Best validation score on {task}: {checkpoint['best']:.4f}."]
+    lines += ["", "## Load", "", "```python", f"from transformers import AutoTokenizer, {auto}",
+              "tokenizer = AutoTokenizer.from_pretrained(DIRECTORY)",
+              f"model = {auto}.from_pretrained(DIRECTORY{remote})", "```", ""]
+    return "\n".join(lines)
+
+
+AUTO_NAMES = {"BertForMaskedLM": "AutoModelForMaskedLM", "BertForPreTraining": "AutoModelForPreTraining",
+              "BertLMHeadModel": "AutoModelForCausalLM", "ElectraForPreTraining": "AutoModelForPreTraining",
+              "BertModel": "AutoModel"} | AUTO_CLASSES
+
+
+def stage_line(stage: dict) -> str:
+    if stage.get("imported_from"):
+        return f"imported from {stage['imported_from']}"
+    data = f" on `{stage['data']}`" if stage.get("data") else ""
+    return f"{stage['task']}: {stage['step']:,} steps, {stage['tokens']:,} tokens{data}"

@@ -1,0 +1,406 @@
+"""Export to transformers for every architecture and task: loaded with the Auto classes and the
+pipelines, compared output by output with ours, and imported back."""
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForPreTraining,
+                          AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments, pipeline)
+
+import checkpoint as checkpoints
+from conftest import make_mlm_workdir, prepare_mlm_base_dir
+import export_hf
+import glue_tasks
+import hf_export
+import import_hf
+import main
+import make_demo
+import model as model_module
+from vocab import Vocab
+from model import (BertForCausalLM, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification,
+                   ElectraForPreTraining, ModelConfig)
+
+SENTENCES = ["The acting is superb, and the score lifts every scene.", "a dull , lifeless script ."]
+PAIRS = [("A man is playing a guitar.", "Someone plays an instrument on stage tonight."),
+         ("The cat sleeps.", "A dog barks at the mailman.")]
+# Every value of every architecture key, over the tasks: (task settings, architecture settings).
+VARIANTS = {
+    "mlm-preln-rope-geglu": (["--task-type", "mlm"],
+                             ["--norm", "preln", "--position", "rope", "--feed-forward", "geglu"]),
+    "mlm-nsp-rmsnorm-sinusoidal": (["--task-type", "mlm", "--sentence-objective", "nsp"],
+                                   ["--norm", "rmsnorm", "--position", "sinusoidal"]),
+    "mlm-nsp-bert": (["--task-type", "mlm", "--sentence-objective", "nsp"],
+                     ["--norm", "postln", "--position", "learned"]),
+    "clm-preln-rope": (["--task-type", "clm"], ["--norm", "preln", "--position", "rope"]),
+    "clm-bert": (["--task-type", "clm"], ["--norm", "postln", "--position", "learned"]),
+    "electra-preln-rope": (["--task-type", "electra"], ["--norm", "preln", "--position", "rope"]),
+}
+# Fine-tuned classifiers: (architecture settings, the pre-training run they start from or None).
+FINE_TUNED = {"sst2-preln-rope-geglu": (VARIANTS["mlm-preln-rope-geglu"][1], "mlm-preln-rope-geglu"),
+              "sst2-mean-rmsnorm": (["--norm", "rmsnorm", "--position", "sinusoidal", "--pooling", "mean"], None)}
+OUR_CLASSES = {"mlm": BertForMaskedLM, "clm": BertForCausalLM, "electra": ElectraForPreTraining}
+
+
+SHORT_RUN = dict(max_iters=3, lr_decay_iters=3, warmup_iters=1, val_interval=3, learning_rate=1e-2)
+
+
+@pytest.fixture(scope="module")
+def workdir(mlm_workdir_factory, rotten_tomatoes, tmp_path_factory):
+    directory = mlm_workdir_factory(tmp_path_factory.mktemp("export") / "work", **SHORT_RUN)
+    make_demo.write_sst2(directory / "datasets", rotten_tomatoes, seed=123)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def pairs_workdir(imdb_corpus, vocab_dir, tmp_path_factory):
+    """Shards of sentence pairs, for the next-sentence head (sentence order's is the same head)."""
+    base = prepare_mlm_base_dir(tmp_path_factory.mktemp("pairs"), imdb_corpus, vocab_dir, "--pairs", "nsp")
+    return make_mlm_workdir(base, tmp_path_factory.mktemp("pairs_work") / "work", **SHORT_RUN)
+
+
+def train(workdir: Path, options: list[str], start: Path | None = None) -> Path:
+    """A few steps (so no weight is at its initial value); the last checkpoint."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(workdir)
+        run_dir = main.run(main.load_config(None, options), start, False)
+    return run_dir / "checkpoints" / "checkpoint.pt"
+
+
+@pytest.fixture(scope="module")
+def trained(workdir, pairs_workdir):
+    """name -> checkpoint, trained on demand once per module."""
+    cache = {}
+
+    def get(name: str) -> Path:
+        if name not in cache:
+            if name in FINE_TUNED:
+                architecture, start = FINE_TUNED[name]
+                cache[name] = train(workdir, ["--task-type", "sst2", *architecture], start and get(start))
+            else:
+                options = VARIANTS[name][0] + VARIANTS[name][1]
+                cache[name] = train(pairs_workdir if "--sentence-objective" in options else workdir, options)
+        return cache[name]
+    return get
+
+
+def our_model(path: Path):
+    checkpoint = checkpoints.load(path)
+    config = ModelConfig(**checkpoint["model_config"])
+    kind = OUR_CLASSES.get(checkpoint["task"], BertForSequenceClassification)
+    if checkpoint["task"] == "mlm" and config.sentence_classes:
+        kind = BertForPreTraining
+    model = kind(config)
+    model.load_state_dict(checkpoint["model"])
+    return model.eval(), checkpoint
+
+
+def exported(path: Path, directory: Path) -> Path:
+    export_hf.main(["--cp", str(path), "-o", str(directory)])
+    return directory
+
+
+def padded_inputs(directory: Path, texts=SENTENCES):
+    tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=True)
+    inputs = tokenizer(*zip(*texts), padding=True, return_tensors="pt") if isinstance(texts[0], tuple) else (
+        tokenizer(texts, padding=True, return_tensors="pt"))
+    assert inputs["attention_mask"].min() == 0  # a padded batch
+    return inputs
+
+
+def our_hidden(model, inputs):
+    return model.encoder(inputs["input_ids"], inputs["attention_mask"].bool(), inputs["token_type_ids"])
+
+
+def loaded(auto_class, directory: Path, unused: tuple[str, ...] = ()):
+    """auto_class.from_pretrained, with no weight missing or of another shape, and none left
+    unused but those starting with `unused` (heads this class has not)."""
+    model, info = auto_class.from_pretrained(directory, trust_remote_code=True, output_loading_info=True)
+    assert not info["missing_keys"] and not info["mismatched_keys"], info
+    assert all(name.startswith(unused) for name in info["unexpected_keys"]) if unused else not info["unexpected_keys"]
+    return model.eval()
+
+
+def close(ours, theirs):
+    torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------------------- the generated code
+
+def load_layers(tmp_path: Path):
+    path = tmp_path / "bert_variant_layers.py"
+    path.write_text(hf_export.layers_source(), encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("bert_variant_layers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("settings", [dict(norm="preln", position="rope", feed_forward="geglu"),
+                                      dict(norm="rmsnorm", position="sinusoidal", pooling="mean"),
+                                      dict(causal=True, norm="preln", position="rope"),
+                                      dict(generator_heads=1)])
+def test_the_shipped_layers_are_model_py_and_compute_the_same(tmp_path, settings):
+    layers = load_layers(tmp_path)
+    config = ModelConfig(vocab_size=300, max_len=32, d_model=32, heads=4, n_layer=2, d_ff=64, **settings)
+    kinds = {"causal": "BertForCausalLM", "generator_heads": "ElectraForPreTraining"}
+    name = next((kinds[key] for key in kinds if key in settings), "BertForSequenceClassification")
+    torch.manual_seed(0)
+    ours = getattr(model_module, name)(config).eval()
+    theirs = getattr(layers, name)(layers.ModelConfig(**vars(config))).eval()
+    theirs.load_state_dict(ours.state_dict())
+    ids = torch.randint(5, 300, (2, 20))
+    real = torch.ones(2, 20, dtype=torch.bool)
+    real[1, 15:] = False
+    with torch.no_grad():
+        torch.testing.assert_close(theirs.encoder(ids, real), ours.encoder(ids, real), rtol=0, atol=0)
+    for class_name in ("Encoder", "EncoderLayer", "SelfAttention", "Rotary", "MaskedLMHead", "ModelConfig"):
+        assert model_module.__dict__[class_name].__doc__ == layers.__dict__[class_name].__doc__
+
+
+def test_the_shipped_layers_stand_alone(tmp_path):
+    """No import of the program's modules: transformers copies only the directory's files."""
+    source = hf_export.layers_source()
+    for module in ("config", "errors", "masking", "cpu_kernels"):
+        assert f"import {module}" not in source and f"from {module} " not in source
+    assert "def model_config(" not in source  # needs a run's Config
+    load_layers(tmp_path)
+
+
+# ----------------------------------------------------------------------------------------- every architecture
+
+@pytest.mark.parametrize("name", ["mlm-preln-rope-geglu", "mlm-nsp-rmsnorm-sinusoidal", "mlm-nsp-bert"])
+def test_masked_lm_exports_with_equal_logits_in_auto_classes_and_fill_mask(trained, name, tmp_path):
+    path = trained(name)
+    ours, checkpoint = our_model(path)
+    directory = exported(path, tmp_path / "hf")
+    inputs = padded_inputs(directory)
+    real = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        hidden = our_hidden(ours, inputs)
+        close(hidden[real], AutoModel.from_pretrained(directory, trust_remote_code=True).eval()(**inputs)
+              .last_hidden_state[real])
+        sentence_head = ("pooler.", "sentence_head.", "bert.pooler.", "cls.seq_relationship.")
+        masked_lm = loaded(AutoModelForMaskedLM, directory, unused=sentence_head)
+        close(ours.head(hidden)[real], masked_lm(**inputs).logits[real])
+        if checkpoint["model_config"]["sentence_classes"]:
+            output = loaded(AutoModelForPreTraining, directory)(**inputs)
+            close(ours.classify_pair(hidden), output.seq_relationship_logits)
+            close(ours.head(hidden)[real], output.prediction_logits[real])
+
+    fill = pipeline("fill-mask", model=str(directory), trust_remote_code=True)
+    text = "the acting is [MASK] ."
+    ids = torch.tensor([fill.tokenizer(text)["input_ids"]])
+    with torch.no_grad():
+        expected = ours.head(ours.encoder(ids))[0, ids[0].tolist().index(fill.tokenizer.mask_token_id)].argmax()
+    assert fill(text)[0]["token"] == int(expected)
+
+
+@pytest.mark.parametrize("name", ["clm-preln-rope", "clm-bert"])
+def test_causal_lm_exports_with_equal_logits(trained, name, tmp_path):
+    path = trained(name)
+    ours, _ = our_model(path)
+    directory = exported(path, tmp_path / "hf")
+    inputs = padded_inputs(directory)
+    real = inputs["attention_mask"].bool()
+    theirs = loaded(AutoModelForCausalLM, directory)
+    with torch.no_grad():
+        close(ours.head(ours.encoder(inputs["input_ids"], real))[real],
+              theirs(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits[real])
+
+
+def test_electras_discriminator_exports_with_its_detector(trained, tmp_path):
+    path = trained("electra-preln-rope")
+    ours, _ = our_model(path)
+    directory = exported(path, tmp_path / "hf")
+    inputs = padded_inputs(directory)
+    real = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        close(ours.detector(our_hidden(ours, inputs)).squeeze(-1)[real],
+              loaded(AutoModelForPreTraining, directory)(**inputs).logits[real])
+    assert not any(name.startswith("generator") for name in json.dumps(
+        sorted(hf_export.exported_weights(checkpoints.load(path)))).split('"'))
+
+
+@pytest.mark.parametrize("name", ["sst2-preln-rope-geglu", "sst2-mean-rmsnorm"])
+def test_classifier_exports_with_label_names_and_equal_scores(trained, name, tmp_path):
+    path = trained(name)
+    ours, _ = our_model(path)
+    directory = exported(path, tmp_path / "hf")
+    inputs = padded_inputs(directory)
+    theirs = loaded(AutoModelForSequenceClassification, directory)
+    assert theirs.config.id2label == {0: "negative", 1: "positive"} and theirs.config.label2id["positive"] == 1
+    with torch.no_grad():
+        logits = ours(inputs["input_ids"], attention_mask=inputs["attention_mask"].bool(),
+                      segment_ids=inputs["token_type_ids"])[0]
+        close(logits, theirs(**inputs).logits)
+    classify = pipeline("text-classification", model=str(directory), trust_remote_code=True)
+    results = classify(SENTENCES)
+    probabilities = logits.softmax(-1)
+    for result, row in zip(results, probabilities):
+        assert result["label"] == ("negative", "positive")[int(row.argmax())]
+        assert result["score"] == pytest.approx(float(row.max()), abs=1e-4)
+
+
+def regression_checkpoint(path: Path, out: Path) -> Path:
+    """An STS-B model: the SST-2 checkpoint with a one-output head (random, not zero)."""
+    checkpoint = checkpoints.load(path)
+    torch.manual_seed(1)
+    checkpoint["model"]["classifier.weight"] = torch.randn(1, checkpoint["model_config"]["d_model"]) * 0.1
+    checkpoint["model"]["classifier.bias"] = torch.tensor([2.5])
+    checkpoint["model_config"]["num_labels"] = 1
+    checkpoint["task"] = "stsb"
+    checkpoints.save(out, checkpoint)
+    return out
+
+
+def test_a_regression_exports_as_one_score_and_pairs_keep_their_segments(trained, tmp_path):
+    path = regression_checkpoint(trained("sst2-preln-rope-geglu"), tmp_path / "stsb.pt")
+    ours, _ = our_model(path)
+    directory = exported(path, tmp_path / "hf")
+    inputs = padded_inputs(directory, PAIRS)
+    vocab = checkpoints.load(path)["vocab"]
+    encoded = glue_tasks.encode_examples(Vocab(tuple(vocab)), [a for a, _ in PAIRS], [b for _, b in PAIRS], 64)
+    for row, length in enumerate(inputs["attention_mask"].sum(1).tolist()):  # as fine-tuning encodes them
+        rows = slice(encoded.offsets[row], encoded.offsets[row + 1])
+        assert inputs["input_ids"][row, :length].tolist() == encoded.tokens[rows].tolist()
+        assert inputs["token_type_ids"][row, :length].tolist() == encoded.segments[rows].tolist()
+    theirs = loaded(AutoModelForSequenceClassification, directory)
+    assert theirs.config.problem_type == "regression" and theirs.config.id2label == {0: "similarity"}
+    with torch.no_grad():
+        close(ours(inputs["input_ids"], attention_mask=inputs["attention_mask"].bool(),
+                   segment_ids=inputs["token_type_ids"])[0], theirs(**inputs).logits)
+
+
+def test_bert_layout_stays_native_and_others_carry_their_code(trained, tmp_path):
+    native = exported(trained("clm-bert"), tmp_path / "native")
+    assert json.loads((native / "config.json").read_text())["architectures"] == ["BertLMHeadModel"]
+    assert not list(native.glob("*.py"))
+    assert AutoConfig.from_pretrained(native).model_type == "bert"  # no trust_remote_code needed
+    variant = exported(trained("mlm-preln-rope-geglu"), tmp_path / "variant")
+    config = json.loads((variant / "config.json").read_text())
+    assert config["model_type"] == "bert-variant" and config["norm"] == "preln"
+    assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForMaskedLM",
+                                       "AutoModelForSequenceClassification"}
+    assert (variant / "bert_variant_layers.py").read_text() == hf_export.layers_source()
+
+
+def test_the_model_card_says_architecture_training_and_how_to_load(trained, tmp_path):
+    card = (exported(trained("sst2-preln-rope-geglu"), tmp_path / "hf") / "README.md").read_text()
+    assert "norm preln, positions rope" in card and "feed-forward 128 (geglu)" in card
+    assert "- mlm: 3 steps" in card and "- sst2: 3 steps" in card  # the pre-training behind the fine-tuning
+    assert "train_imdb_64_*.msgpack" in card
+    assert "AutoModelForSequenceClassification.from_pretrained(DIRECTORY, trust_remote_code=True)" in card
+
+
+# ----------------------------------------------------------------------------------------- back again
+
+@pytest.mark.parametrize("name", ["mlm-preln-rope-geglu", "mlm-nsp-rmsnorm-sinusoidal", "clm-preln-rope", "clm-bert",
+                                  "sst2-mean-rmsnorm", "mlm-nsp-bert"])
+def test_an_export_imports_back_to_the_same_weights(trained, name, tmp_path):
+    path = trained(name)
+    original = checkpoints.load(path)
+    result = import_hf.convert(exported(path, tmp_path / "hf"), tmp_path / "back.pt")
+    assert result == {"task": original["task"], "unused": [], "fresh": []}
+    back = checkpoints.load(tmp_path / "back.pt")
+    assert set(back["model"]) == set(original["model"])
+    for weight, tensor in original["model"].items():
+        assert torch.equal(back["model"][weight], tensor), weight
+    for key in ("norm", "position", "feed_forward", "pooling", "causal", "sentence_classes", "d_ff", "max_len"):
+        assert back["model_config"][key] == original["model_config"][key], key
+    assert back["vocab"] == original["vocab"]
+
+
+def test_electra_imports_back_as_the_encoder_fine_tuning_starts_from(trained, tmp_path):
+    path = trained("electra-preln-rope")
+    result = import_hf.convert(exported(path, tmp_path / "hf"), tmp_path / "back.pt")
+    assert result["task"] == "encoder" and sorted(result["unused"]) == [f"detector.{i}.{kind}" for i in (0, 2)
+                                                                          for kind in ("bias", "weight")]
+    back, original = checkpoints.load(tmp_path / "back.pt")["model"], checkpoints.load(path)["model"]
+    assert all(torch.equal(tensor, original[name]) for name, tensor in back.items())
+
+
+def test_a_bert_directory_with_only_tokenizer_json_imports(trained, tmp_path):
+    directory = exported(trained("clm-bert"), tmp_path / "hf")
+    (directory / "vocab.txt").unlink()
+    import_hf.convert(directory, tmp_path / "back.pt")
+    assert checkpoints.load(tmp_path / "back.pt")["vocab"] == checkpoints.load(trained("clm-bert"))["vocab"]
+
+
+def test_an_imported_export_fine_tunes_and_exports_again(trained, workdir, tmp_path):
+    import_hf.convert(exported(trained("mlm-preln-rope-geglu"), tmp_path / "hf"), tmp_path / "imported.pt")
+    fine_tuned = train(workdir, ["--task-type", "sst2"], tmp_path / "imported.pt")
+    directory = exported(fine_tuned, tmp_path / "again")
+    assert loaded(AutoModelForSequenceClassification, directory).config.norm == "preln"
+    card = (directory / "README.md").read_text()
+    assert f"imported from {tmp_path / 'hf'}" in card and "- sst2: 3 steps" in card
+
+
+def test_transformers_trainer_fine_tunes_an_export(trained, tmp_path):
+    """A user's run_glue.py: the pre-trained export, a fresh classifier, transformers' Trainer."""
+    directory = exported(trained("mlm-preln-rope-geglu"), tmp_path / "hf")
+    tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=True)
+    model = AutoModelForSequenceClassification.from_pretrained(directory, trust_remote_code=True, num_labels=2)
+    examples = [dict(tokenizer(text, truncation=True, max_length=32), labels=label)
+                for text, label in zip(SENTENCES * 8, [1, 0] * 8)]
+    before = model.classifier.weight.detach().clone()
+    arguments = TrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, max_steps=3,
+                                  learning_rate=1e-3, report_to=[], use_cpu=True, save_strategy="no")
+    trainer = Trainer(model=model, args=arguments, train_dataset=examples, processing_class=tokenizer)
+    losses = [entry["train_loss"] for entry in [trainer.train().metrics]]
+    assert np.isfinite(losses).all() and not torch.equal(before, model.classifier.weight.detach())
+
+
+# ----------------------------------------------------------------------------------------- bad input
+
+def one_error_line(capsys, call) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        call()
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_a_directory_that_is_not_empty_is_refused_unless_forced(trained, tmp_path, capsys):
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "notes.txt").write_text("mine")
+    path = trained("clm-bert")
+    line = one_error_line(capsys, lambda: export_hf.main(["--cp", str(path), "-o", str(tmp_path / "hf")]))
+    assert line == f"error: {tmp_path / 'hf'}: exists and is not empty; add --force to replace it"
+    assert [p.name for p in (tmp_path / "hf").iterdir()] == ["notes.txt"]
+    export_hf.main(["--cp", str(path), "-o", str(tmp_path / "hf"), "--force"])
+    assert not (tmp_path / "hf" / "notes.txt").exists() and (tmp_path / "hf" / "model.safetensors").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]  # no temporary directory left
+
+
+def test_a_task_without_a_counterpart_is_one_line(trained, tmp_path, capsys):
+    checkpoint = checkpoints.load(trained("clm-bert"))
+    checkpoint["task"] = "fill"
+    checkpoints.save(tmp_path / "odd.pt", checkpoint)
+    line = one_error_line(capsys, lambda: export_hf.main(["--cp", str(tmp_path / "odd.pt"), "-o", str(tmp_path / "x")]))
+    assert "a fill checkpoint has no transformers counterpart; export takes" in line and "electra" in line
+    assert not (tmp_path / "x").exists()
+
+
+def test_an_unsupported_model_type_is_one_line(trained, tmp_path, capsys):
+    directory = exported(trained("clm-bert"), tmp_path / "hf")
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps(config | {"model_type": "modernbert"}))
+    line = one_error_line(capsys, lambda: import_hf.main(["-i", str(directory), "-o", str(tmp_path / "x.pt")]))
+    assert line == (f"error: {directory / 'config.json'}: model_type is 'modernbert'; this program reads bert, "
+                    "electra, bert-variant")
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_a_truncated_variant_export_is_one_line_on_import(trained, tmp_path, capsys):
+    directory = exported(trained("mlm-preln-rope-geglu"), tmp_path / "hf")
+    weights = directory / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:weights.stat().st_size // 2])
+    line = one_error_line(capsys, lambda: import_hf.main(["-i", str(directory), "-o", str(tmp_path / "x.pt")]))
+    assert line.startswith(f"error: {weights}: not readable")
+    shutil.rmtree(directory)
+    assert not (tmp_path / "x.pt").exists()
