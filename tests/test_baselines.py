@@ -1,7 +1,10 @@
-"""The comparison scripts run and measure something real: the bag-of-words baseline and bench.py."""
+"""The comparison scripts run and measure something real: the bag-of-words baseline, bench.py and
+bench_finetune.py."""
 import shutil
 
 import bench
+import bench_finetune
+import glue_tasks
 import bow_baseline
 import make_demo
 import pytest
@@ -83,3 +86,29 @@ def test_finetuning_benchmark_runs_every_arm_on_the_same_sentences(vocab_dir, ro
 def test_peak_memory_is_measured_in_a_fresh_process():
     mib = bench.peak_memory_mib("ours", "small", batch_size=2, steps=1, device=torch.device("cpu"))
     assert 10 < mib < 4000  # at least the 15 MiB token embedding with its gradient and AdamW state
+
+
+def test_agreement_pairs_label_whether_two_sentences_share_a_sentiment(rotten_tomatoes, tmp_path):
+    make_demo.write_sst2(tmp_path / "sst2", rotten_tomatoes, seed=123)
+    bench_finetune.agreement_pairs(tmp_path / "sst2", tmp_path / "glue")
+    for split in ("train", "validation", "test"):
+        single = glue_tasks.read_split(tmp_path / "sst2", "sst2", split)
+        pairs = glue_tasks.read_split(tmp_path / "glue", "mrpc", split)
+        assert pairs.first == single.first and sorted(pairs.second) == sorted(single.first)
+        sentiment = dict(zip(single.first, single.labels))
+        assert [int(sentiment[a] == sentiment[b]) for a, b in zip(pairs.first, pairs.second)] == pairs.labels.tolist()
+        assert 0.3 < pairs.labels.mean() < 0.7
+
+
+def test_finetuning_side_by_side_fills_the_table_for_both_trainers(mlm_trained_run, rotten_tomatoes, tmp_path,
+                                                                    capsys):
+    shutil.copytree(mlm_trained_run / "vocab", tmp_path / "vocab")  # the runs it makes land in tmp_path/runs
+    make_demo.write_sst2(tmp_path / "datasets", rotten_tomatoes, seed=123)
+    checkpoint = mlm_trained_run / "runs" / "run0" / "checkpoints" / "checkpoint.pt"
+    bench_finetune.main(["--cp", str(checkpoint), "--base-dir", str(tmp_path), "--seeds", "1", "--tasks", "mrpc",
+                         "--", "--seq-len", "64", "--max-iters", "2", "--val-interval", "2", "--warmup-iters", "1",
+                         "--lr-decay-iters", "2", "--batch-size", "8", "--dtype", "float32"])
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("| mrpc | this program | ") for line in lines)
+    assert any(line.startswith("| mrpc | transformers Trainer | ") for line in lines)
+    assert any(line.startswith("mrpc: difference ") and "x our time" in line for line in lines)
