@@ -40,12 +40,16 @@ class ShardWriter:
 
     add() takes 1-D id arrays ([CLS] ... [SEP]) that the masker (if any) masks per block of
     4,096 samples. Shards of sentence pairs ([CLS] A [SEP] B [SEP], pairs nsp or sop) take a
-    pair label per sample too.
+    pair label per sample too. A shard of a numbered set records its number (shard), whether it is
+    the set's last (last_shard) and the preparation that made the set; the final name (path) and
+    last_shard may be set until the writer closes.
     """
 
     def __init__(self, path, vocab, *, seq_len: int, split: str, seed: int, masker: BlockMasker | None = None,
-                 copy: int | None = None, source_files=(), created_by: str = "", pairs: str = "none"):
+                 copy: int | None = None, source_files=(), created_by: str = "", pairs: str = "none",
+                 shard: int | None = None, preparation: str | None = None):
         self.path = Path(path)
+        self.numbering = {"shard": shard, "last_shard": None, "preparation": preparation}
         self.vocab, self.dtype, self.masker, self.pairs = vocab, vocab.id_dtype, masker, pairs
         rule = masker.rule if masker else None
         self.header_fields = {
@@ -109,13 +113,14 @@ class ShardWriter:
                 **self.masking_fields,
                 "split": fields["split"], "seed": fields["seed"], "copy": fields["copy"],
                 "source_files": fields["source_files"], "dtype": fields["dtype"], "created_by": fields["created_by"],
-                "pairs": self.pairs}
+                "pairs": self.pairs, **self.numbering}
 
     def __exit__(self, kind, error, traceback):
         try:
             if kind is None:
                 if self.pending:
                     self._write_block()
+                self.file.path = self.path  # the name may have been decided since the writer opened
                 self.file.finish(self.header())
                 self.finished = True
         finally:
