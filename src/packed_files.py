@@ -136,17 +136,20 @@ def guarded(path, reader, *args):
 
 
 def read_header(path) -> dict | None:
-    """The header a file of ours starts with, reading nothing more; None for another file (the
-    original project's shards) or a damaged one."""
+    """The header a file of ours starts with, from its first gzip member alone (a file cut short
+    further on still shows it); None for another file (the original project's shards)."""
+    member = zlib.decompressobj(wbits=31)  # gzip; stops at the end of the first member
+    data = b""
     try:
-        with open(path, "rb") as probe:
-            if probe.read(2) != GZIP_MAGIC:
+        with open(path, "rb") as file:
+            if file.read(2) != GZIP_MAGIC:
                 return None
-        with gzip.open(path, "rb") as stream:
-            first = stream.peek(1)[:1]
-            if not first or not (0x80 <= first[0] <= 0x8F or first[0] in (0xDE, 0xDF)):  # not a msgpack map
-                return None
-            header = next(unpacker(stream), None)
+            file.seek(0)
+            while not member.eof and (raw := file.read(1 << 16)):
+                data += member.decompress(raw)
+        if not member.eof or not data or not (0x80 <= data[0] <= 0x8F or data[0] in (0xDE, 0xDF)):  # a map
+            return None
+        header = msgpack.unpackb(data, raw=False)
     except (OSError, *CORRUPT_ERRORS):
         return None
     return header if isinstance(header, dict) else None
