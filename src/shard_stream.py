@@ -54,18 +54,16 @@ def scan(paths: list, expect: dict) -> list[ShardFile]:
 
 
 def epoch_sets(files: list[ShardFile]) -> list[list[ShardFile]]:
-    """What each epoch reads, in turn: a numbered set whole (one list per static copy), or each file
-    of the earlier layout alone (static copies, the original project's files), as before."""
-    sets = [file for file in files if isinstance(file, NumberedFile)]
+    """What each epoch reads, in turn: a numbered set of several shards whole (one list per static
+    copy), or each whole file alone (a corpus of one shard, static copies, the original project's
+    files), as before numbered sets."""
+    sets = [file for file in files if isinstance(file, NumberedFile) and not (file.shard == 0 and file.last)]
     if not sets:
         return [[file] for file in files]
-    if len(sets) < len(files):
-        other = next(file for file in files if not isinstance(file, NumberedFile))
-        raise UserError(f"{other.path} and {sets[0].path}: an unnumbered shard of an earlier preparation and a "
-                        f"numbered set matched by one pattern; narrow the pattern to one of them")
+    others = [file for file in files if file not in sets]
     preparations = {file.preparation: file for file in sets}
-    if len(preparations) > 1:
-        first, second = list(preparations.values())[:2]
+    if others or len(preparations) > 1:
+        first, second = (others[0], sets[0]) if others else list(preparations.values())[:2]
         raise UserError(f"{first.path} and {second.path}: shards of two preparations matched by one pattern; "
                         f"narrow the pattern to one of them")
     copies = sorted({file.copy for file in sets}, key=lambda copy: -1 if copy is None else copy)
