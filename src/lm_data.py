@@ -6,6 +6,7 @@ With masking = static the shards bring their stored masks; with masking = dynami
 each batch on the device. Shards of sentence pairs add segment ids and pair labels.
 """
 import dataclasses
+import functools
 from typing import Iterator
 
 import numpy as np
@@ -109,10 +110,16 @@ class ShardSplit:
         self.rules = rules
         self.order = order
         self.share = share  # of each shard's samples, a seeded fixed subset (dataset-percentage)
-        self.epochs = epoch_sets(scan(paths, rules.expect))
+        self.paths = paths
         self.counts: dict = {}  # samples of the files whose headers do not say
         self.plans: dict[int, EpochPlan] = {}
         self.kept_for_evaluation: dict = {}
+
+    @functools.cached_property
+    def epochs(self) -> list[list[ShardFile]]:
+        """The files each epoch reads, their headers checked when first asked (a checkpoint that
+        does not fit the config is the first thing to say)."""
+        return epoch_sets(scan(self.paths, self.rules.expect))
 
     def plan(self, epoch: int) -> EpochPlan:
         if epoch not in self.plans:
