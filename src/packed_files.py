@@ -2,6 +2,7 @@
 a header first; written atomically, read with one-line errors for truncated or corrupt files.
 """
 import gzip
+import io
 import os
 import secrets
 import shutil
@@ -69,16 +70,17 @@ class HeaderFirstFile:
             self.body.write(self.packer.pack(obj))
 
     def finish(self, header: dict) -> None:
+        """Write the file with the header first; the header records the body's size (body_bytes),
+        so a reader can tell a whole file from a cut one by its size alone (is_whole)."""
         final_temp = None
         try:
             with naming_a_full_disk(self.path):
                 self.body.close()
                 self.body_raw.close()
+                header = header | {"body_bytes": self.body_path.stat().st_size}
                 final_temp = self._temp_path("")
                 with final_temp.open("wb") as out:
-                    with gzip.GzipFile(filename="", fileobj=out, mode="wb", compresslevel=COMPRESS_LEVEL,
-                                       mtime=0) as head:
-                        head.write(self.packer.pack(header))
+                    out.write(header_member(header))
                     with self.body_path.open("rb") as body:
                         shutil.copyfileobj(body, out, 1 << 20)
             os.replace(final_temp, self.path)
@@ -95,6 +97,14 @@ class HeaderFirstFile:
             except OSError:
                 pass
         self.body_path.unlink(missing_ok=True)
+
+
+def header_member(header: dict) -> bytes:
+    """The gzip member a file starts with: its header, the same bytes for the same header."""
+    buffer = io.BytesIO()
+    with gzip.GzipFile(filename="", fileobj=buffer, mode="wb", compresslevel=COMPRESS_LEVEL, mtime=0) as head:
+        head.write(msgpack.packb(header, use_bin_type=True))
+    return buffer.getvalue()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,3 +133,31 @@ def guarded(path, reader, *args):
         raise
     except CORRUPT_ERRORS as error:
         raise corrupt(path, f"{error.__class__.__name__}: {error}") from None
+
+
+def read_header(path) -> dict | None:
+    """The header a file of ours starts with, from its first gzip member alone (a file cut short
+    further on still shows it); None for another file (the original project's shards)."""
+    member = zlib.decompressobj(wbits=31)  # gzip; stops at the end of the first member
+    data = b""
+    try:
+        with open(path, "rb") as file:
+            if file.read(2) != GZIP_MAGIC:
+                return None
+            file.seek(0)
+            while not member.eof and (raw := file.read(1 << 16)):
+                data += member.decompress(raw)
+        if not member.eof or not data or not (0x80 <= data[0] <= 0x8F or data[0] in (0xDE, 0xDF)):  # a map
+            return None
+        header = msgpack.unpackb(data, raw=False)
+    except (OSError, *CORRUPT_ERRORS):
+        return None
+    return header if isinstance(header, dict) else None
+
+
+def is_whole(path, header: dict) -> bool:
+    """Whether the file has the size its header says (body_bytes): a cut copy has not."""
+    body_bytes = header.get("body_bytes")
+    if not isinstance(body_bytes, int):
+        return True  # written before files recorded their size
+    return Path(path).stat().st_size == len(header_member(header)) + body_bytes

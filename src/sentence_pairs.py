@@ -12,7 +12,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from config import SENTENCE_OBJECTIVES
-from preparation import SPLITS, assign_splits
+from preparation import DEFAULT_SHARES, SPLITS, assign_splits
 
 OBJECTIVES = SENTENCE_OBJECTIVES[1:]  # nsp, sop: "none" makes no pairs
 IS_NEXT, RANDOM_NEXT = 0, 1  # NSP labels, as transformers' next_sentence_label
@@ -137,19 +137,22 @@ class PairMaker:
     other document, so that document gives no NSP pairs (counted in lonely_documents).
     """
 
-    def __init__(self, objective: str, max_pieces: int, seed: int, window: int = NEGATIVE_WINDOW):
+    def __init__(self, objective: str, max_pieces: int, seed: int, window: int = NEGATIVE_WINDOW,
+                 shares: tuple[float, float] = DEFAULT_SHARES, first_document: int = 0):
         if objective not in OBJECTIVES:
             raise ValueError(f"objective {objective!r} is not one of {OBJECTIVES}")
         self.objective, self.max_pieces, self.seed, self.window = objective, max_pieces, seed, window
+        self.shares, self.first_document = shares, first_document  # a unit's documents start there
         self.waiting = [deque() for _ in SPLITS]  # NSP: (index, sentences) per split
         self.documents = self.left_over_sentences = self.lonely_documents = 0
 
     def add(self, documents: list[list[np.ndarray]]) -> list[tuple[int, Pair]]:
         """(split code, pair) for the documents whose pairs are now complete."""
-        codes = assign_splits(self.seed, np.arange(self.documents, self.documents + len(documents)))
+        first = self.first_document + self.documents
+        codes = assign_splits(self.seed, np.arange(first, first + len(documents)), self.shares)
         made = []
         for code, sentences in zip(codes.tolist(), documents):
-            index = self.documents
+            index = self.first_document + self.documents
             self.documents += 1
             if self.objective == "sop":
                 made += self._pairs(code, index, sentences, None)

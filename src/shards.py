@@ -40,12 +40,16 @@ class ShardWriter:
 
     add() takes 1-D id arrays ([CLS] ... [SEP]) that the masker (if any) masks per block of
     4,096 samples. Shards of sentence pairs ([CLS] A [SEP] B [SEP], pairs nsp or sop) take a
-    pair label per sample too.
+    pair label per sample too. A shard of a numbered set records its number (shard), whether it is
+    the set's last (last_shard) and the preparation that made the set; the final name (path) and
+    last_shard may be set until the writer closes.
     """
 
     def __init__(self, path, vocab, *, seq_len: int, split: str, seed: int, masker: BlockMasker | None = None,
-                 copy: int | None = None, source_files=(), created_by: str = "", pairs: str = "none"):
+                 copy: int | None = None, source_files=(), created_by: str = "", pairs: str = "none",
+                 shard: int | None = None, preparation: str | None = None):
         self.path = Path(path)
+        self.numbering = {"shard": shard, "last_shard": None, "preparation": preparation}
         self.vocab, self.dtype, self.masker, self.pairs = vocab, vocab.id_dtype, masker, pairs
         rule = masker.rule if masker else None
         self.header_fields = {
@@ -109,13 +113,14 @@ class ShardWriter:
                 **self.masking_fields,
                 "split": fields["split"], "seed": fields["seed"], "copy": fields["copy"],
                 "source_files": fields["source_files"], "dtype": fields["dtype"], "created_by": fields["created_by"],
-                "pairs": self.pairs}
+                "pairs": self.pairs, **self.numbering}
 
     def __exit__(self, kind, error, traceback):
         try:
             if kind is None:
                 if self.pending:
                     self._write_block()
+                self.file.path = self.path  # the name may have been decided since the writer opened
                 self.file.finish(self.header())
                 self.finished = True
         finally:
@@ -189,8 +194,9 @@ def _is_map_start(byte: bytes) -> bool:
     return bool(byte) and (0x80 <= byte[0] <= 0x8F or byte[0] in (0xDE, 0xDF))
 
 
-def read_shard(path, expect: dict | None = None) -> Shard:
-    """Load a shard (ours or the original project's), checking it against `expect`.
+def read_shard(path, expect: dict | None = None, rows: np.ndarray | None = None) -> Shard:
+    """Load a shard (ours or the original project's), checking it against `expect`; with rows
+    (ascending), only those samples, in that order, each block read and dropped in turn.
 
     expect may hold seq_len, vocab_size and vocab_checksum; a mismatch raises ShardError naming
     the field and both values. Truncated or corrupt files raise ShardError too.
@@ -198,12 +204,84 @@ def read_shard(path, expect: dict | None = None) -> Shard:
     path = Path(path)
     first = _first_byte(path)
     if _is_map_start(first):
-        shard = guarded(path, _read_blocks, path)
+        shard = guarded(path, _read_blocks, path) if rows is None else guarded(path, _read_rows, path, rows)
     elif legacy.starts_like_a_shard(first):
         shard = guarded(path, _read_legacy, path)
+        shard = shard if rows is None else select_rows(shard, rows)
     else:
         raise corrupt(path, "not a shard: it starts with neither a header nor a sample list")
     check_header(path, shard.header, expect or {}, max_id=_max_id(shard))
+    return shard
+
+
+def flat_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The positions of ragged rows (each from its start, of its length) one after another."""
+    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
+
+
+def select_rows(shard: Shard, rows: np.ndarray) -> Shard:
+    """The shard with only the samples `rows`, in that order."""
+    lengths = np.diff(shard.offsets)[rows]
+    selected = Shard(shard.path, shard.header, shard.tokens[flat_index(shard.offsets[rows], lengths)],
+                     _offsets(lengths))
+    if shard.mask_offsets is not None:
+        counts = np.diff(shard.mask_offsets)[rows]
+        masks = flat_index(shard.mask_offsets[rows], counts)
+        selected.mask_offsets = _offsets(counts)
+        selected.mask_positions, selected.mask_labels = shard.mask_positions[masks], shard.mask_labels[masks]
+    if shard.pair_labels is not None:
+        selected.pair_labels = shard.pair_labels[rows]
+    return selected
+
+
+def join_shards(path, header: dict, parts: list[Shard], dtype) -> Shard:
+    """Selected samples of several blocks as one shard."""
+    if not parts:
+        return Shard(path, header, np.empty(0, dtype=dtype), np.zeros(1, dtype=np.int64))
+    joined = Shard(path, header, np.concatenate([part.tokens for part in parts]),
+                   _offsets(np.concatenate([np.diff(part.offsets) for part in parts])))
+    if parts[0].mask_offsets is not None:
+        joined.mask_offsets = _offsets(np.concatenate([np.diff(part.mask_offsets) for part in parts]))
+        joined.mask_positions = np.concatenate([part.mask_positions for part in parts])
+        joined.mask_labels = np.concatenate([part.mask_labels for part in parts])
+    if parts[0].pair_labels is not None:
+        joined.pair_labels = np.concatenate([part.pair_labels for part in parts])
+    return joined
+
+
+def _read_rows(path: Path, rows: np.ndarray) -> Shard:
+    """The samples `rows` of a shard of ours: each block read, its selected samples kept."""
+    with open_stream(path) as stream:
+        objects = unpacker(stream)
+        header = next(objects, None)
+        _validate_shard_header(path, header)
+        dtype, parts, first = DTYPES[header["dtype"]], [], 0
+        for block in objects:
+            block_shard = _block_shard(path, header, block, dtype)
+            count = len(block_shard)
+            wanted = rows[(rows >= first) & (rows < first + count)] - first
+            if len(wanted):
+                parts.append(select_rows(block_shard, wanted))
+            first += count
+    if first != header["samples"]:
+        raise corrupt(path, f"{first} samples but the header counts {header['samples']}")
+    return join_shards(path, header, parts, dtype)
+
+
+def _block_shard(path, header: dict, block: dict, dtype) -> Shard:
+    """One block as a shard of its own samples."""
+    lengths = np.frombuffer(block["lengths"], dtype=np.uint16)
+    tokens = np.frombuffer(block["tokens"], dtype=dtype)
+    offsets = _offsets(lengths)
+    if offsets[-1] != len(tokens) or (len(lengths) and lengths.max() > header["seq_len"]):
+        raise corrupt(path, "block lengths do not add up to its tokens, or exceed the header's seq-len")
+    shard = Shard(path, header, tokens, offsets)
+    if header["masking"] == "static":
+        shard.mask_offsets = _offsets(np.frombuffer(block["mask_counts"], dtype=np.uint16))
+        shard.mask_positions = np.frombuffer(block["mask_positions"], dtype=np.uint16)
+        shard.mask_labels = np.frombuffer(block["mask_labels"], dtype=dtype)
+    if header.get("pairs", "none") != "none":
+        shard.pair_labels = _checked_pair_labels(path, np.frombuffer(block["pair_labels"], dtype=np.uint8))
     return shard
 
 

@@ -57,9 +57,10 @@ def imdb_corpus(imdb_reviews, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def vocab_dir(imdb_corpus, tmp_path_factory) -> Path:
     """A 2,000-token WordPiece vocabulary trained on imdb_corpus (directory with vocab.txt)."""
+    from input_files import find_inputs
     from train_vocab import train_vocab
     out = tmp_path_factory.mktemp("vocab")
-    train_vocab([imdb_corpus], out, vocab_size=2000, show_progress=False)
+    train_vocab(find_inputs([str(imdb_corpus)]), out, vocab_size=2000, show_progress=False)
     return out
 
 

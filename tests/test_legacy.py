@@ -104,7 +104,8 @@ def test_article_arrays_are_cut_into_samples_of_seq_len(in_project):
     vocab = load_vocab("wiki/vocab")
     task = MaskedLMTask(config, vocab, torch.device(TEST_DEVICE))
     assert task.data.patterns["val"] == "val_article_128_{which}.npy"  # derived: the config has no val pattern
-    shard = task.data.split("train").shard_for_epoch(0)
+    split = task.data.split("train")
+    shard = split.read(split.plan(0).files[0].path)  # the whole file
     ids = np.load("wiki/datasets/train_article_128_ids.npy")
     assert np.array_equal(shard.tokens, ids) or len(shard.tokens) < len(ids)  # lone last tokens dropped
     assert np.diff(shard.offsets).max() == 16 and np.diff(shard.offsets).min() >= 2
@@ -139,10 +140,10 @@ def test_percentages_keep_a_seeded_fixed_share(in_project):
     tenth = [MaskedLMTask(load_config(None, [*SMALL, "--dataset-pattern", "train_weke_*.msgpack",
                                              "--dataset-percentage", "0.1"]), vocab, torch.device(TEST_DEVICE))
              for _ in range(2)]
-    samples = len(whole.data.split("train").rows_for_epoch(0))
-    kept = [task.data.split("train").rows_for_epoch(0) for task in tenth]
-    assert len(kept[0]) == round(0.1 * samples) and np.array_equal(kept[0], kept[1])
-    validation = [task.data.split("val").rows_for_epoch(0) for task in (whole, tenth[0])]
+    samples = len(whole.data.split("train").plan(0).rows(0))
+    kept = [task.data.split("train").plan(0).rows(0) for task in tenth]
+    assert len(kept[0]) == round(0.1 * samples) and np.array_equal(kept[0], kept[1])  # the same seeded share
+    validation = [task.data.split("val").plan(0).rows(0) for task in (whole, tenth[0])]
     assert len(validation[0]) == len(validation[1])  # the share is of the train split only
 
     sentences = ClassificationTask(load_config(None, [*SMALL, "--task-type", "sst2", "--val-dataset-percentage",

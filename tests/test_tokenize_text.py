@@ -9,6 +9,7 @@ import pytest
 
 import token_stream
 import tokenize_text
+from input_files import find_inputs
 from token_stream import read_token_stream
 from vocab import load_vocab
 
@@ -52,9 +53,9 @@ def test_tiny_chunks_give_the_same_file_as_one_chunk(imdb_corpus, vocab_dir, tmp
     monkeypatch.setattr(tokenize_text, "TOKENS_PER_STREAM_BLOCK", 10_000)
     monkeypatch.setattr(token_stream, "TOKENS_PER_STREAM_BLOCK", 10_000)
     one_chunk, tiny_chunks = tmp_path / "one.ids", tmp_path / "tiny.ids"
-    tokenize_text.tokenize_files([imdb_corpus], vocab_dir, one_chunk, 1, chunk_bytes=64 << 20, show_progress=False)
-    tokens = tokenize_text.tokenize_files([imdb_corpus], vocab_dir, tiny_chunks, 1, chunk_bytes=1000,
-                                          show_progress=False)
+    inputs = find_inputs([str(imdb_corpus)])
+    tokenize_text.tokenize_files(inputs, vocab_dir, one_chunk, 1, chunk_bytes=64 << 20, show_progress=False)
+    tokens = tokenize_text.tokenize_files(inputs, vocab_dir, tiny_chunks, 1, chunk_bytes=1000, show_progress=False)
     assert tokens == read_ids(one_chunk)[0]["tokens"]
     assert tiny_chunks.read_bytes() == one_chunk.read_bytes()
     assert {len(block) for block in read_token_stream(tiny_chunks)[1]} == {10_000, tokens % 10_000}
@@ -66,13 +67,6 @@ def test_blocks_are_cut_to_a_fixed_size_whatever_the_arrays():
     assert [len(block) for block in blocks] == [4, 4, 4, 4, 1]
     np.testing.assert_array_equal(np.concatenate(blocks), np.arange(17))
     assert list(tokenize_text.fixed_size_blocks(iter([]), block_tokens=4)) == []
-
-
-def test_chunks_end_at_line_ends(imdb_corpus):
-    offsets, chunks = zip(*tokenize_text.read_line_chunks(imdb_corpus, 777))
-    assert b"".join(chunks) == imdb_corpus.read_bytes()
-    assert all(chunk.endswith(b"\n") or (chunk.endswith(b" ") and len(chunk) > 777) for chunk in chunks)
-    assert list(offsets) == [0] + np.cumsum([len(chunk) for chunk in chunks])[:-1].tolist()
 
 
 def test_glob_of_several_files_keeps_their_order(serial_output, imdb_corpus, vocab_dir, tmp_path):
@@ -95,7 +89,7 @@ def bad_invocations(corpus: Path, vocab_dir: Path, tmp: Path) -> dict[str, list]
     no_specials = tmp / "words.txt"
     no_specials.write_text("the\nmovie\n", encoding="utf-8")
     out = tmp / "out.ids"
-    not_utf8_at = len(corpus.read_bytes()[:200_000]) + len("caf")
+    not_utf8_line = corpus.read_bytes()[:200_000].count(b"\n") + 1
     return {
         "missing input": (["-i", tmp / "absent.txt", "-o", out, "-v", vocab_dir], "absent.txt"),
         "glob matching nothing": (["-i", tmp / "none-*.txt", "-o", out, "-v", vocab_dir], "none-*.txt"),
@@ -103,7 +97,7 @@ def bad_invocations(corpus: Path, vocab_dir: Path, tmp: Path) -> dict[str, list]
         "whitespace only": (["-i", blank, "-o", out, "-v", vocab_dir], "blank.txt: no tokens in the input"),
         "input not UTF-8": (["-i", not_utf8, "-o", out, "-v", vocab_dir, "-n", "2"], "latin1.txt"),
         "input not UTF-8, late": (["-i", not_utf8, "-o", out, "-v", vocab_dir, "--chunk-mb", "0.01"],
-                                   f"at byte {not_utf8_at}"),
+                                   f"latin1.txt:{not_utf8_line}: not UTF-8 text"),
         "missing vocab": (["-i", corpus, "-o", out, "-v", tmp / "no-vocab"], "no-vocab"),
         "not a vocab": (["-i", corpus, "-o", out, "-v", no_specials], "words.txt"),
         "output directory missing": (["-i", corpus, "-o", tmp / "absent" / "out.ids", "-v", vocab_dir], "absent"),

@@ -89,9 +89,10 @@ def test_train_vocab_main_missing_input_exits_2_with_one_line(tmp_path, capsys):
 
 
 def test_training_twice_gives_the_same_vocabulary(imdb_corpus, tmp_path):
+    from input_files import find_inputs
     from train_vocab import train_vocab
-    first = train_vocab([imdb_corpus], tmp_path / "a", vocab_size=2000, show_progress=False)
-    second = train_vocab([imdb_corpus], tmp_path / "b", vocab_size=2000, show_progress=False)
+    first = train_vocab(find_inputs([str(imdb_corpus)]), tmp_path / "a", vocab_size=2000, show_progress=False)
+    second = train_vocab(find_inputs([str(imdb_corpus)]), tmp_path / "b", vocab_size=2000, show_progress=False)
     assert first.read_bytes() == second.read_bytes()
     assert first.read_text(encoding="utf-8").splitlines()[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     assert sorted(path.name for path in (tmp_path / "a").iterdir()) == ["vocab.txt"]  # no temp file left

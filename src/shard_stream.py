@@ -1,0 +1,165 @@
+"""The shards of one split as a process reads them, in memory that does not grow with the corpus:
+each file known by its header first; an epoch one pass over a numbered set (shard order and sample
+order shuffled by the seed), or over one file of the earlier layout; each process loading only the
+samples it trains on, of the shard it reads and, in the background, of the next.
+"""
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+import legacy
+from batching import kept_rows
+from errors import UserError
+from packed_files import is_whole, read_header
+from shards import SHARD_FORMAT, check_header
+
+
+@dataclass(frozen=True)
+class ShardFile:
+    """A shard known by its header, not loaded; samples None: the original project's files, whose
+    count is known only by loading them."""
+    path: Path | legacy.ArticleFiles
+    samples: int | None = None
+    shard: int | None = None  # its number in a numbered set
+    copy: int | None = None
+
+
+@dataclass(frozen=True)
+class NumberedFile(ShardFile):
+    """A shard of a numbered set: the preparation that made the set, and whether it is its last."""
+    preparation: str | None = None
+    last: bool = False
+
+
+def scan(paths: list, expect: dict) -> list[ShardFile]:
+    """The files with what their headers say, checked against the run (seq-len, vocabulary) and
+    for their size: a cut copy or a killed writer's file is one line naming it."""
+    files = []
+    for path in paths:
+        header = None if isinstance(path, legacy.ArticleFiles) else read_header(path)
+        if header is None or header.get("format") != SHARD_FORMAT:
+            files.append(ShardFile(path))  # the original project's formats: read() says what is wrong
+            continue
+        check_header(path, header, expect)
+        if not is_whole(path, header):
+            raise UserError(f"{path}: {Path(path).stat().st_size:,} bytes, not the size its header says: a partial "
+                            f"copy or a file left by a killed process (prepare it again)")
+        files.append(ShardFile(path, header["samples"], copy=header.get("copy")) if header.get("shard") is None
+                     else NumberedFile(path, header["samples"], header["shard"], header.get("copy"),
+                                       header.get("preparation"), bool(header.get("last_shard"))))
+    return files
+
+
+def epoch_sets(files: list[ShardFile]) -> list[list[ShardFile]]:
+    """What each epoch reads, in turn: a numbered set of several shards whole (one list per static
+    copy), or each whole file alone (a corpus of one shard, static copies, the original project's
+    files), as before numbered sets."""
+    sets = [file for file in files if isinstance(file, NumberedFile) and not (file.shard == 0 and file.last)]
+    if not sets:
+        return [[file] for file in files]
+    others = [file for file in files if file not in sets]
+    preparations = {file.preparation: file for file in sets}
+    if others or len(preparations) > 1:
+        first, second = (others[0], sets[0]) if others else list(preparations.values())[:2]
+        raise UserError(f"{first.path} and {second.path}: shards of two preparations matched by one pattern; "
+                        f"narrow the pattern to one of them")
+    copies = sorted({file.copy for file in sets}, key=lambda copy: -1 if copy is None else copy)
+    return [complete_set([file for file in sets if file.copy == copy]) for copy in copies]
+
+
+def complete_set(files: list["NumberedFile"]) -> list["NumberedFile"]:
+    """A numbered set in order, every number from 0 to its last there, once."""
+    files = sorted(files, key=lambda file: file.shard)
+    for number, file in enumerate(files):
+        if file.shard != number:
+            name = Path(file.path).name
+            problem = "twice" if file.shard < number else f"missing (the set has {name})"
+            raise UserError(f"{Path(file.path).parent}: shard {min(number, file.shard)} of this set is {problem}")
+    if not files[-1].last:
+        raise UserError(f"{files[-1].path}: the set's shards after this one are missing (it is not the last)")
+    return files
+
+
+# ---------------------------------------------------------------------------------------------
+# An epoch's order and a process's share of it
+
+
+class EpochPlan:
+    """Where every sample of an epoch comes in the epoch's order: the shards in a seeded order, the
+    kept samples of each in a seeded order, one after another. Samples of a shard can only mix with
+    those of its neighbours in this order; one shard: the permutation of BatchOrder."""
+
+    def __init__(self, files: list[ShardFile], counts: list[int], epoch: int, seed: int, share: float):
+        single = len(files) == 1
+        self.order = [0] if single else np.random.default_rng([seed, epoch, 1]).permutation(len(files)).tolist()
+        self.files = [files[index] for index in self.order]
+        self.counts = [counts[index] for index in self.order]
+        self.starts = np.concatenate([[0], np.cumsum([len(kept_rows(count, share, seed)) for count in self.counts])])
+        self.epoch, self.seed, self.share, self.single = epoch, seed, share, single
+
+    @property
+    def total(self) -> int:
+        return int(self.starts[-1])
+
+    def rows(self, k: int) -> np.ndarray:
+        """The samples of the k-th shard in order, as rows of its file."""
+        kept = kept_rows(self.counts[k], self.share, self.seed)
+        key = [self.seed, self.epoch] if self.single else [self.seed, self.epoch, 2, self.order[k]]
+        return kept[np.random.default_rng(key).permutation(len(kept))]
+
+    def shards_of(self, positions: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.starts, positions, side="right") - 1
+
+
+def rank_positions(total: int, start: int, global_batch: int, rank: int, world_size: int) -> np.ndarray:
+    """This rank's positions in the epoch's order from `start` on, batch after batch: every
+    world-size-th of each global batch, full global batches only."""
+    end = start + (total - start) // global_batch * global_batch
+    return np.arange(start + rank, end, world_size)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading in the background
+
+
+class Background:
+    """load(key) in a daemon thread (the process may end while it runs); result() waits."""
+
+    def __init__(self, load: Callable, key):
+        self.value, self.error = None, None
+        self.thread = threading.Thread(target=self._run, args=(load, key), daemon=True)
+        self.thread.start()
+
+    def _run(self, load, key):
+        try:
+            self.value = load(key)
+        except BaseException as error:  # handed to the reader
+            self.error = error
+
+    def result(self):
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class ShardLoader:
+    """The shards a process reads: those a batch needs, and, while it reads one, the next loading in
+    the background. At most two are held."""
+
+    def __init__(self, load: Callable):
+        self.load = load
+        self.held: dict = {}
+
+    def get(self, keys: list, following=None) -> list:
+        for key in [key for key in self.held if key not in keys]:
+            del self.held[key]
+        for key in keys:
+            if key not in self.held:
+                self.held[key] = Background(self.load, key)
+        if following is not None and len(keys) == 1 and following not in self.held:
+            self.held[following] = Background(self.load, following)
+        return [self.held[key].result() for key in keys]

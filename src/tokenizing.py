@@ -1,0 +1,118 @@
+"""Tokenizing batches of documents in N worker processes, results in input order and memory bounded:
+what tokenize_text.py and the shard preparers share. The result never depends on N.
+"""
+import collections
+import itertools
+import multiprocessing
+import os
+from typing import Iterator
+
+import numpy as np
+
+from vocab import Vocab, load_vocab
+
+ENCODE_BATCH_CHARS = 1 << 20
+KINDS = ("ids", "sentences")
+
+
+def default_workers() -> int:
+    """The cores this process may run on (a Slurm or taskset allocation, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def document_batches(documents: list[str], batch_chars: int = ENCODE_BATCH_CHARS) -> Iterator[list[str]]:
+    """Consecutive documents in groups of about batch_chars characters."""
+    batch, size = [], 0
+    for document in documents:
+        batch.append(document)
+        size += len(document)
+        if size >= batch_chars:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def document_ids(vocab: Vocab, documents: list[str]) -> np.ndarray:
+    """The ids of every document, concatenated, as the vocabulary's id dtype."""
+    # The tokenizer's Encoding objects take ~150 bytes a token: encoding in batches of about a
+    # megabyte keeps them small (and is faster than one huge batch).
+    arrays = []
+    for batch in document_batches(documents):
+        encoded = vocab.encode(batch)
+        count = sum(len(ids) for ids in encoded)
+        arrays.append(np.fromiter(itertools.chain.from_iterable(encoded), dtype=vocab.id_dtype, count=count))
+    return np.concatenate(arrays) if arrays else np.empty(0, dtype=vocab.id_dtype)
+
+
+def encode(vocab: Vocab, kind: str, documents: list[str]):
+    """ids: the documents' ids concatenated; sentences: each document as its sentences' ids."""
+    if kind == "ids":
+        return document_ids(vocab, documents)
+    from sentence_pairs import encode_documents
+    return encode_documents(vocab, documents)
+
+
+worker_vocab: Vocab | None = None  # one per worker process, loaded once by load_worker_vocab
+
+
+def one_thread_each():
+    # Workers are already parallel: one tokenizer thread each avoids oversubscribing the cores.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
+def load_worker_vocab(vocab_path):
+    one_thread_each()
+    global worker_vocab
+    worker_vocab = load_vocab(vocab_path)
+
+
+def encode_in_worker(kind: str, documents: list[str]):
+    return encode(worker_vocab, kind, documents)
+
+
+class Tokenizing:
+    """map((tag, documents), ...) -> (tag, encoded), in order, on `workers` processes (1: this one,
+    on one core, so that -n 1 against -n 2 compares one core with two).
+
+    Pool.imap would read the whole input ahead of the workers; submitting at most 2 * workers
+    batches at a time keeps memory bounded while every worker always has a batch queued.
+    """
+
+    def __init__(self, vocab: Vocab, workers: int, kind: str = "ids"):
+        self.vocab, self.workers, self.kind = vocab, workers, kind
+        self.pool = None
+
+    def __enter__(self):
+        if self.workers == 1:
+            one_thread_each()
+        else:
+            # spawn, not fork: a forked child of a process that already used the tokenizers thread pool
+            # gets its parallelism disabled with a warning, and spawn is the same on every platform.
+            context = multiprocessing.get_context("spawn")
+            self.pool = context.Pool(self.workers, initializer=load_worker_vocab, initargs=(self.vocab.path,))
+        return self
+
+    def __exit__(self, *exception):
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+        return False
+
+    def map(self, jobs) -> Iterator[tuple[object, object]]:
+        if self.pool is None:
+            for tag, documents in jobs:
+                yield tag, encode(self.vocab, self.kind, documents)
+            return
+        in_flight = collections.deque()
+        for tag, documents in jobs:
+            in_flight.append((tag, self.pool.apply_async(encode_in_worker, (self.kind, documents))))
+            if len(in_flight) >= 2 * self.workers:
+                tag, result = in_flight.popleft()
+                yield tag, result.get()
+        while in_flight:
+            tag, result = in_flight.popleft()
+            yield tag, result.get()
