@@ -1,4 +1,4 @@
-"""The training loop on real IMDB shards: schedule, learning, exact resume, checkpoints, stop
+"""The training loop on real IMDB shards: learning, exact resume, checkpoints, stop
 requests (file and SIGTERM), NaN guard, test scores, run directories and TensorBoard scalars."""
 import gzip
 import json
@@ -18,11 +18,8 @@ import torch
 
 import main
 import hardware
-from config import Config
 from mlm_task import MaskedLMTask
 from shards import read_shard
-from model import BertForSequenceClassification, ModelConfig
-from optimizer import cosine_lr, make_optimizer
 from vocab import load_vocab
 from conftest import TEST_DEVICE
 
@@ -65,59 +62,6 @@ def training_losses(monkeypatch) -> list[float]:
 
     monkeypatch.setattr(MaskedLMTask, "loss", recording_loss)
     return losses
-
-
-# ----------------------------------------------------------------------------- schedule
-
-def test_cosine_lr_warms_up_linearly_then_decays_to_the_minimum():
-    config = Config(learning_rate=1e-3, min_learning_rate=1e-4, warmup_iters=10, lr_decay_iters=100)
-    rates = [cosine_lr(step, config) for step in range(120)]
-
-    warmup = np.array(rates[:11])
-    assert 0 < warmup[0] < warmup[-1]
-    assert np.allclose(np.diff(warmup), warmup[0])  # equal increments, starting from zero
-    assert rates[10] == pytest.approx(1e-3)  # the peak, at the end of warmup
-    assert max(rates) == pytest.approx(1e-3)
-    assert rates[55] == pytest.approx((1e-3 + 1e-4) / 2)  # halfway through the cosine
-    assert all(later < earlier for earlier, later in zip(rates[10:100], rates[11:101]))
-    assert rates[100:] == [pytest.approx(1e-4)] * 20
-
-
-def test_cosine_lr_without_warmup_starts_at_the_peak():
-    config = Config(learning_rate=1e-3, min_learning_rate=0.0, warmup_iters=0, lr_decay_iters=50)
-    assert cosine_lr(0, config) == pytest.approx(1e-3)
-    assert cosine_lr(50, config) == 0.0
-
-
-def optimizer_settings(model, config: Config) -> dict[str, dict]:
-    """Parameter name -> {lr_scale, weight_decay} of the group make_optimizer puts it in."""
-    groups = {id(param): group for group in make_optimizer(model, config, print).param_groups
-              for param in group["params"]}
-    return {name: {key: groups[id(param)][key] for key in ("lr_scale", "weight_decay")}
-            for name, param in model.named_parameters()}
-
-
-def three_layer_classifier() -> BertForSequenceClassification:
-    return BertForSequenceClassification(ModelConfig(vocab_size=40, max_len=16, d_model=16, heads=2, n_layer=3,
-                                                     d_ff=32))
-
-
-def test_layer_lr_decay_gives_each_layer_a_share_of_the_rate_of_the_one_above():
-    settings = optimizer_settings(three_layer_classifier(), Config(layer_lr_decay=0.5, weight_decay=0.01))
-    assert settings["encoder.embeddings.token.weight"] == {"lr_scale": 0.125, "weight_decay": 0.01}
-    assert settings["encoder.embeddings.norm.bias"] == {"lr_scale": 0.125, "weight_decay": 0.0}
-    assert settings["encoder.layers.0.attention.qkv.weight"]["lr_scale"] == 0.25
-    assert settings["encoder.layers.1.feed_forward.up.bias"] == {"lr_scale": 0.5, "weight_decay": 0.0}
-    assert settings["encoder.layers.2.feed_forward.down.weight"]["lr_scale"] == 1.0
-    assert settings["pooler.weight"]["lr_scale"] == settings["classifier.bias"]["lr_scale"] == 1.0
-
-
-def test_without_layer_lr_decay_every_parameter_has_the_rate():
-    model = three_layer_classifier()
-    settings = optimizer_settings(model, Config())
-    assert {setting["lr_scale"] for setting in settings.values()} == {1.0}
-    assert {name for name, setting in settings.items() if setting["weight_decay"] == 0} == {
-        name for name, param in model.named_parameters() if param.dim() < 2}
 
 
 # ----------------------------------------------------------------------------- learning
