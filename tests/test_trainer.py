@@ -1,27 +1,21 @@
 """The training loop on real IMDB shards: learning, exact resume, checkpoints, stop
 requests (file and SIGTERM), NaN guard, test scores, run directories and TensorBoard scalars."""
-import gzip
 import json
 import math
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import msgpack
 import numpy as np
 import pytest
 import torch
 
 import main
-import hardware
 from mlm_task import MaskedLMTask
-from shards import read_shard
 from vocab import load_vocab
-from conftest import TEST_DEVICE
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT_KEYS = {"model", "optimizer", "config", "step", "data_position", "rng_per_rank", "best"}
@@ -40,28 +34,6 @@ def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 def load(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)
-
-
-@pytest.fixture
-def skip_flops_measurement(monkeypatch):
-    """The MFU denominator takes seconds of 1024x1024 matmuls per run; a constant will do here."""
-    monkeypatch.setattr(hardware, "measure_matmul_flops", lambda device, dtype: 1e12)
-
-
-@pytest.fixture
-def training_losses(monkeypatch) -> list[float]:
-    """The loss of every training micro-step of in-process runs, in order, as Python floats."""
-    losses = []
-    original = MaskedLMTask.loss
-
-    def recording_loss(self, model, batch, generator=None):
-        result = original(self, model, batch, generator)
-        if torch.is_grad_enabled():  # training, not evaluation
-            losses.append(result[0].item())
-        return result
-
-    monkeypatch.setattr(MaskedLMTask, "loss", recording_loss)
-    return losses
 
 
 # ----------------------------------------------------------------------------- learning
@@ -473,118 +445,6 @@ def test_test_flag_prints_and_saves_test_metrics(mlm_trained_run, monkeypatch, c
     assert 20 / vocab_size < metrics["test_accuracy"] < 1
     saved = Path(f"runs/run0/test_metrics_step{step}.json")
     assert json.loads(saved.read_text(encoding="utf-8")) == metrics
-
-
-# ----------------------------------------------------------------------------- other shard formats
-
-# A short, fast schedule: twelve steps at a high learning rate reach well below ln(vocab size).
-QUICK = ["--max-iters", "12", "--lr-decay-iters", "12", "--val-interval", "4", "--warmup-iters", "2",
-         "--learning-rate", "1e-2", "--min-learning-rate", "1e-3"]
-
-
-def check_learned(base: Path, below_chance: float = 0.8) -> None:
-    vocab_size = load_vocab(base / "vocab").size
-    losses = [value for _, value in scalars(base / "runs" / "run0")["val/loss"]]
-    assert len(losses) == 3
-    assert losses[-1] < losses[0] and losses[-1] < math.log(vocab_size) - below_chance, losses
-
-
-def test_static_masked_shards_train(mlm_static_base_dir, mlm_config, monkeypatch, keep_signal_handlers,
-                                    skip_flops_measurement, training_losses):
-    shard = read_shard(next((mlm_static_base_dir / "datasets").glob("train_*")))
-    assert shard.masking == "static"
-    mlm_config(mlm_static_base_dir, masking="static")
-    monkeypatch.chdir(mlm_static_base_dir)
-    main.main(QUICK)
-    check_learned(mlm_static_base_dir)
-    assert len(training_losses) == 12 and all(math.isfinite(loss) for loss in training_losses)
-
-
-def write_legacy_shard(path: Path, samples: list[np.ndarray], mask_id: int, rng) -> None:
-    """The original project's format: one msgpack list alternating id lists and label lists."""
-    items = []
-    for sample in samples:
-        ids = sample.astype(np.int64).tolist()
-        labels = [0] * len(ids)
-        for position in rng.choice(np.arange(1, len(ids) - 1), max(1, (len(ids) - 2) * 15 // 100), replace=False):
-            labels[position], ids[position] = ids[position], mask_id
-        items += [ids, labels]
-    path.write_bytes(gzip.compress(msgpack.packb(items)))
-
-
-def test_legacy_shards_train(mlm_workdir, skip_flops_measurement):
-    rng = np.random.default_rng(0)
-    datasets = mlm_workdir / "datasets"
-    mask_id = load_vocab(mlm_workdir / "vocab").mask_id
-    for split, count in (("train", 2000), ("val", 300), ("test", 300)):
-        shard = read_shard(datasets / f"{split}_imdb_64_123.msgpack.gz")
-        write_legacy_shard(datasets / f"{split}_old_1.msgpack.gz", [shard.sample(i) for i in range(count)],
-                           mask_id, rng)
-    main.main([*QUICK, "--masking", "static", "--dataset-pattern", "train_old_*.msgpack",
-               "--val-dataset-pattern", "val_old_*.msgpack", "--test-dataset-pattern", "test_old_*.msgpack"])
-    check_learned(mlm_workdir)
-
-
-# ----------------------------------------------------------------------------- masking keys
-
-# Whole words are harder to guess from word-piece counts alone: the loss falls less in twelve steps.
-@pytest.mark.parametrize("options, below_chance", [(["--whole-word-masking"], 0.5), (["--mask-rate", "0.3"], 0.8)],
-                         ids=["whole_words", "rate_0.3"])
-def test_dynamic_masking_options_train(mlm_workdir, skip_flops_measurement, options, below_chance):
-    main.main([*QUICK, *options])
-    check_learned(mlm_workdir, below_chance)
-
-
-def test_mask_rate_0_3_fills_its_slots(mlm_workdir):
-    config = main.load_config(None, ["--mask-rate", "0.3"])
-    task = MaskedLMTask(config, load_vocab(mlm_workdir / "vocab"), torch.device(TEST_DEVICE))
-    ids = torch.from_numpy(next(task.data.fixed_batches("val", 1))["input_ids"].astype(np.int64))
-    labels = task.masker.mask(ids, torch.Generator().manual_seed(0))["labels"]
-    assert labels.shape == (config.batch_size, math.ceil(0.3 * config.seq_len))
-    maskable = ~torch.isin(ids, task.masker.special_ids)
-    assert (labels != -100).sum() / maskable.sum() == pytest.approx(0.3, abs=0.02)
-
-
-def test_static_whole_word_shards_train(mlm_static_whole_word_base_dir, mlm_config, monkeypatch,
-                                        keep_signal_handlers, skip_flops_measurement):
-    mlm_config(mlm_static_whole_word_base_dir, masking="static", whole_word_masking="true", mask_rate=0.3)
-    monkeypatch.chdir(mlm_static_whole_word_base_dir)
-    main.main(QUICK)
-    check_learned(mlm_static_whole_word_base_dir)
-
-
-def test_dynamic_masking_of_static_shards_starts_from_the_original_ids(mlm_static_base_dir, mlm_config, tmp_path):
-    config = main.load_config(mlm_config(tmp_path, base_dir=mlm_static_base_dir), [])
-    task = MaskedLMTask(config, load_vocab(mlm_static_base_dir / "vocab"), torch.device(TEST_DEVICE))
-    path = mlm_static_base_dir / "datasets" / "train_imdb_64_123.msgpack.gz"
-    shard = task.data.split("train").shard_for_epoch(0)
-    assert shard.masking == "none" and np.array_equal(shard.tokens, read_shard(path).unmasked_tokens())
-    assert "positions" not in next(task.train_batches(None))[1]  # masked by the trainer, afresh
-
-
-def test_masking_key_must_match_the_shards(mlm_workdir, mlm_static_whole_word_base_dir, monkeypatch, capsys,
-                                           skip_flops_measurement, tmp_path):
-    static_dir = tmp_path / "static"
-    for name in ("vocab", "datasets"):
-        shutil.copytree(mlm_static_whole_word_base_dir / name, static_dir / name)
-    # The validation split is checked first, before the run directory is made.
-    cases = [(mlm_workdir, ["--masking", "static"],
-              f"{Path('datasets') / 'val_imdb_64_123.msgpack.gz'}: the shard holds no masks but the config has "
-              "masking = static"),
-             (static_dir, ["--masking", "static", "--mask-rate", "0.3"],
-              "val_imdb_64_123.msgpack.gz: masked with whole-word-masking = true but the config has "
-              "whole-word-masking = false and masking = static"),
-             (static_dir, ["--masking", "static", "--whole-word-masking"],
-              "val_imdb_64_123.msgpack.gz: masked with mask-rate = 0.3 but the config has mask-rate = 0.15")]
-    for directory, options, message in cases:
-        monkeypatch.chdir(directory)
-        capsys.readouterr()
-        with pytest.raises(SystemExit) as exit_info:
-            main.main([*QUICK, "--config", str(mlm_workdir / "config.ini"), *options])
-        assert exit_info.value.code == 2
-        lines = capsys.readouterr().err.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
-        assert not (directory / "runs").exists()
 
 
 # ----------------------------------------------------------------------------- signal handlers
