@@ -3,8 +3,6 @@ the --cp rule, and checkpoints in the earlier layout (with an "rng" entry) still
 import errno
 import io
 import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -12,7 +10,6 @@ import pytest
 import torch
 
 import checkpoint as checkpoints
-from atomic import remove_stale_temps
 import main
 from config import Config
 from errors import UserError
@@ -117,15 +114,6 @@ def test_a_kill_while_rotating_leaves_the_latest_in_place(tmp_path, monkeypatch)
     monkeypatch.undo()
     assert checkpoints.load(tmp_path / "checkpoint.pt")["step"] == 10  # README's resume command works
     assert not list(tmp_path.glob(".*.tmp"))
-
-
-def test_temp_files_of_dead_processes_are_removed(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    stale = tmp_path / f".checkpoint.pt.{dead.stdout.strip()}.tmp"
-    ours = tmp_path / f".checkpoint.pt.{os.getpid()}.tmp"
-    stale.write_bytes(b"half"), ours.write_bytes(b"being written")
-    remove_stale_temps(tmp_path)
-    assert not stale.exists() and ours.exists()
 
 
 def test_run_dir_of_a_checkpoint():

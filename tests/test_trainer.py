@@ -445,11 +445,3 @@ def test_test_flag_prints_and_saves_test_metrics(mlm_trained_run, monkeypatch, c
     assert 20 / vocab_size < metrics["test_accuracy"] < 1
     saved = Path(f"runs/run0/test_metrics_step{step}.json")
     assert json.loads(saved.read_text(encoding="utf-8")) == metrics
-
-
-# ----------------------------------------------------------------------------- signal handlers
-
-def test_fit_gives_back_the_previous_signal_handlers(mlm_workdir, skip_flops_measurement):
-    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    run_to(1)
-    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
