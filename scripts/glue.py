@@ -35,7 +35,7 @@ from errors import UserError, exit_on_user_error  # noqa: E402
 from hardware import select_device  # noqa: E402
 from config import known_name, typed_value  # noqa: E402
 from ini import load_config, parse_overrides  # noqa: E402
-from trainer import Trainer, evaluate  # noqa: E402
+from trainer import Trainer  # noqa: E402
 from vocab import load_vocab  # noqa: E402
 
 TASK_ORDER = ("mnli", "cola", "sst2", "mrpc", "qqp", "stsb", "qnli", "rte", "wnli")  # MNLI first: --from-mnli
@@ -202,7 +202,7 @@ class Runner:
         task_object = ClassificationTask(config, load_vocab(self.out / "vocab"), select_device(config.device))
         trainer = Trainer(config, task_object)
         model = trainer.restored_model(saved, best)
-        metrics = evaluate(model, task_object, task_object.eval_batches("val", None), trainer.autocast)
+        metrics = task_object.evaluate(model, task_object.eval_batches("val", None), trainer.autocast)
         result = {"task": task, "seed": seed, "checkpoint": str(best), "step": saved["step"], "metrics": metrics,
                   "predictions": self.test_predictions(trainer, model, task, seed)}
         target = self.score_file(task, seed)

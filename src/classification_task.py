@@ -1,4 +1,4 @@
-"""Fine-tuning on a sentence or a sentence pair (trainer.Task): every GLUE task (glue.py has the table,
+"""Fine-tuning on a sentence or a sentence pair (task.Task): every GLUE task (glue.py has the table,
 the readers of both layouts, pair encoding and the metrics) and `classify`, any single-sentence
 classification laid out as SST-2 is, with num-labels classes.
 
@@ -174,7 +174,7 @@ class ClassificationTask:
         return loss, torch.cat([labels.new_tensor([len(labels)]), confusion])
 
     def metrics(self, loss: float, statistics: torch.Tensor) -> dict:
-        """Training metrics from summed statistics (validation has evaluate, on every prediction)."""
+        """Training metrics from summed statistics (evaluate scores every prediction)."""
         if self.glue_task.is_regression:
             return {"loss": loss, "pearson": pearson_from_sums(statistics[1:].numpy())}
         classes = self.num_labels

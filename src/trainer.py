@@ -1,9 +1,8 @@
 """The training loop shared by every task: schedule, optimizer, mixed precision, checkpoints, logs.
 
 A task (mlm_task.py, classification_task.py) supplies the model, the batches and the loss, as
-the Task protocol below says; this file does everything else, the same way for all of them.
-Read top to bottom: what a task provides, what a run carries, starting or resuming a run,
-the loop, and the helpers it uses.
+task.Task says; this file does everything else, the same way for all of them.
+Read top to bottom: what a run carries, starting or resuming a run, the loop, and the helpers it uses.
 """
 import json
 import math
@@ -12,7 +11,6 @@ import sys
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Protocol
 
 import torch
 from torch import nn
@@ -30,47 +28,8 @@ from model import count_parameters, flops_per_token
 from optimizer import learning_rate, make_optimizer
 from run_log import RunLog, create_run_dir
 from stop_request import StopRequest
+from task import Task
 from throughput import Clock, Throughput
-from vocab import Vocab
-
-
-class Task(Protocol):
-    """What the trainer needs of a task; main.py builds one from the config."""
-    name: str  # saved in checkpoints: which task made them
-    vocab: Vocab
-    device: torch.device
-    best_metric: str  # the validation metric that picks best.pt
-    lower_is_better: bool
-    predictions_per_token: float  # share of the input tokens the output head scores, for MFU
-    measuring_keys: tuple[str, ...]  # Config fields that decide what the scores mean: a resumed run keeps them
-
-    def build_model(self, max_len: int | None = None) -> nn.Module:
-        """The task's model; max_len (the position table) from a checkpoint, else seq-len."""
-
-    def check_data(self, splits: tuple[str, ...]):
-        """Open and check these splits now: a bad file stops the run before its first step."""
-
-    def train_batches(self, position: dict | None) -> Iterator[tuple[dict, dict]]:
-        """Endless (position after it, numpy batch) pairs from `position` on: the data order to resume."""
-
-    def eval_batches(self, split: str, count: int | None) -> Iterator[dict]:
-        """The same device batches of a split at every call: the first `count`, or all for None."""
-
-    def loss(self, model: nn.Module, batch: dict,
-             generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean loss and a vector of additive statistics whose first entry counts the predictions;
-        generator: for the masks a training batch draws (evaluation batches bring theirs)."""
-
-    def metrics(self, loss: float, statistics: torch.Tensor) -> dict[str, float]:
-        """Named metrics from the mean loss and the summed statistics of a split."""
-
-    def show_predictions(self, model: nn.Module, autocast) -> str:
-        """A few validation predictions as text, for the log."""
-
-    def submission(self, model: nn.Module, split: str, autocast) -> dict[str, list[str]] | None:
-        """Where the split's labels are hidden (GLUE test sets): each predictions file's name -> its lines.
-        A task may also have evaluate(model, batches, autocast) -> metrics, when its metrics need every
-        prediction rather than sums (GLUE's correlations); the trainer then calls that instead."""
 
 
 @dataclass
@@ -406,7 +365,7 @@ class Trainer:
         task = self.task
         # Past DDP: evaluation needs no gradient sync, and ranks may see different batch counts.
         model = run.compiled.module if isinstance(run.compiled, DistributedDataParallel) else run.compiled
-        metrics = evaluate(model, task, task.eval_batches("val", self.config.val_iters), self.autocast)
+        metrics = task.evaluate(model, task.eval_batches("val", self.config.val_iters), self.autocast)
         run.log(f"step {run.step} | " + " | ".join(f"val {name} {shown(value)}" for name, value in metrics.items()))
         if not math.isfinite(metrics["loss"]):  # never a best checkpoint, nor one to resume
             raise UserError(f"validation loss is not finite (nan or inf) at step {run.step}: run stopped; "
@@ -465,7 +424,7 @@ class Trainer:
                 written.append(str(target))
             return {"predictions": written}
         batches = self.task.eval_batches("test", self.config.test_iters or None)
-        metrics = evaluate(model, self.task, batches, self.autocast)
+        metrics = self.task.evaluate(model, batches, self.autocast)
         metrics = {"checkpoint": str(checkpoint_path), "step": step,
                    **{f"test_{name}": value for name, value in metrics.items()}}
         target = run_dir / f"test_metrics_step{step}.json"
@@ -479,28 +438,6 @@ class Trainer:
 
 def shown(value) -> str:
     return f"{value:.4f}" if isinstance(value, float) else str(value)
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, task: Task, batches, autocast) -> dict:
-    """The task's metrics over the given batches, all ranks' together; sums stay on the device
-    until the end. A task whose metrics need every prediction (GLUE's) scores them itself."""
-    if hasattr(task, "evaluate"):
-        return task.evaluate(model, batches, autocast)
-    model.eval()
-    loss_sum, totals = torch.zeros((), device=task.device, dtype=torch.float64), 0
-    for batch in batches:
-        with autocast:
-            loss, statistics = task.loss(model, batch)
-        loss_sum += loss.double() * statistics[0]
-        totals = totals + statistics.double()
-    model.train()
-    if isinstance(totals, int):
-        raise UserError("the evaluation split has no batch: it holds fewer samples than batch-size")
-    summed = torch.cat([loss_sum[None], totals])
-    if torch.distributed.is_initialized():
-        torch.distributed.all_reduce(summed)
-    return task.metrics(summed[0].item() / summed[1].item(), summed[1:].cpu())
 
 
 def unwrap(model: nn.Module) -> nn.Module:
