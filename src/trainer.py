@@ -11,6 +11,7 @@ import sys
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -30,6 +31,17 @@ from run_log import RunLog, create_run_dir
 from stop_request import StopRequest
 from task import Task
 from throughput import Clock, Throughput
+
+
+class StepPhases(NamedTuple):
+    """The parts of a training step as torch.profiler records them; scripts/profile_step.py reports them."""
+    forward: str = "forward"
+    backward: str = "backward"
+    clip: str = "gradient clip"
+    optimizer: str = "optimizer"
+
+
+PHASES = StepPhases()
 
 
 @dataclass
@@ -298,17 +310,17 @@ class Trainer:
             run.tokens += batch["input_ids"].numel() * self.world_size
             last = micro == accumulation - 1
             with nullcontext() if last or self.world_size == 1 else run.compiled.no_sync():
-                with self.autocast, record_function("forward"):  # the names scripts/profile_step.py reports
+                with self.autocast, record_function(PHASES.forward):
                     loss, statistics = self.task.loss(run.compiled, batch, generator=run.mask_generator)
-                with record_function("backward"):
+                with record_function(PHASES.backward):
                     run.scaler.scale(loss / accumulation).backward()
             meter.add(loss, statistics)
             run.finite &= torch.isfinite(loss.detach())
         if config.grad_clip > 0:
-            with record_function("gradient clip"):
+            with record_function(PHASES.clip):
                 run.scaler.unscale_(run.optimizer)
                 nn.utils.clip_grad_norm_(run.model.parameters(), config.grad_clip)
-        with record_function("optimizer"):
+        with record_function(PHASES.optimizer):
             run.scaler.step(run.optimizer)
             run.scaler.update()
             run.optimizer.zero_grad(set_to_none=True)
