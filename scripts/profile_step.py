@@ -49,7 +49,8 @@ def prepared_run(config):
     task = training.make_task(config)
     trainer = Trainer(config, task)
     task.check_data(("train",))
-    run = trainer.open_run(trainer.build_model(None), Path(tempfile.mkdtemp()), RunLog(None, config))
+    starter = trainer.starter
+    run = starter.open_run(starter.build_model(None), Path(tempfile.mkdtemp()), RunLog(None, config))
     batches = hardware.prefetch(task.train_batches(None), trainer.device, config.async_to_device)
     return trainer, run, batches
 
