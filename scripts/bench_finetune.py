@@ -32,6 +32,8 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "scripts"))
 import checkpoint as checkpoints  # noqa: E402
 import export_hf  # noqa: E402
+import glue_data  # noqa: E402
+import glue_metrics  # noqa: E402
 import glue_tasks  # noqa: E402
 import hf_export  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
@@ -47,7 +49,7 @@ def agreement_pairs(data_dir: Path, out_dir: Path, seed: int = 0) -> Path:
     of its split, label 1 where both have the same sentiment. Returns the glue directory."""
     rng = np.random.default_rng(seed)
     for split in SPLITS:
-        examples = glue_tasks.read_split(data_dir, "sst2", split)
+        examples = glue_data.read_split(data_dir, "sst2", split)
         partner = rng.permutation(len(examples.first))
         table = pa.table({"sentence1": examples.first, "sentence2": [examples.first[i] for i in partner],
                           "label": (examples.labels == examples.labels[partner]).astype(np.int64),
@@ -79,15 +81,15 @@ def theirs(export_dir: Path, native: bool, config, data_dir: Path, task: str, se
         export_dir, trust_remote_code=True, num_labels=glue_task.num_labels, **recipe)
 
     def encoded(split: str) -> list[dict]:
-        examples = glue_tasks.read_split(data_dir, task, split)
+        examples = glue_data.read_split(data_dir, task, split)
         texts = (examples.first,) if examples.second is None else (examples.first, examples.second)
         features = tokenizer(*texts, truncation=True, max_length=config.seq_len)
         return [{**{key: values[row] for key, values in features.items()}, "labels": int(examples.labels[row])}
                 for row in range(len(examples.first))]
 
     def compute_metrics(prediction) -> dict:
-        metrics = glue_tasks.task_metrics(glue_task, prediction.label_ids, prediction.predictions.argmax(-1))
-        return metrics | {"score": glue_tasks.task_score(glue_task, metrics)}
+        metrics = glue_metrics.task_metrics(glue_task, prediction.label_ids, prediction.predictions.argmax(-1))
+        return metrics | {"score": glue_metrics.task_score(glue_task, metrics)}
 
     arguments = TrainingArguments(
         output_dir=str(work), seed=seed, data_seed=seed, max_steps=config.max_iters,
@@ -151,7 +153,7 @@ def compare(args, checkpoint: dict, work: Path):
 
 
 def score_of(task: str, metrics: dict) -> float:
-    return glue_tasks.task_score(glue_tasks.TASKS[task], metrics)
+    return glue_metrics.task_score(glue_tasks.TASKS[task], metrics)
 
 
 def parse_args(argv=None):

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-import glue_tasks  # noqa: E402
+import glue_data  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 
 WORD = re.compile(r"[a-z0-9']+|[^\sa-z0-9']")
@@ -79,9 +79,9 @@ def accuracy(model: BagOfWords, bag, labels: torch.Tensor) -> float:
     return (model(bag).argmax(-1) == labels).float().mean().item()
 
 
-def load_split(datasets: Path, split: str) -> glue_tasks.Examples:
+def load_split(datasets: Path, split: str) -> glue_data.Examples:
     """An SST-2 split as fine-tuning finds it: parquet, or GLUE TSV in datasets/SST-2."""
-    return glue_tasks.read_split(datasets, "sst2", split)
+    return glue_data.read_split(datasets, "sst2", split)
 
 
 def parse_args(argv=None):

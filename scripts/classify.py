@@ -18,7 +18,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+import glue_data  # noqa: E402
 import glue_tasks  # noqa: E402
+import pair_encoding  # noqa: E402
 from checkpoint import restore_model  # noqa: E402
 from classification_task import Part  # noqa: E402
 from config import CLASSIFICATION_TASKS  # noqa: E402
@@ -53,8 +55,8 @@ def classify(model, vocab, first: list[str], second: list[str] | None, seq_len: 
     """(label, probability) for each sentence or pair, in order, or for a regressor (STS-B)
     (-1, score); batches as fine-tuning makes them."""
     count = len(first)
-    examples = glue_tasks.Examples(first, second, np.full(count, glue_tasks.HIDDEN_LABEL), np.arange(count))
-    part = Part("test", examples, glue_tasks.encode_examples(vocab, first, second, seq_len))
+    examples = glue_data.Examples(first, second, np.full(count, glue_data.HIDDEN_LABEL), np.arange(count))
+    part = Part("test", examples, pair_encoding.encode_examples(vocab, first, second, seq_len))
     results = []
     for start in range(0, count, batch_size):
         batch = part.batch(np.arange(start, min(start + batch_size, count)), vocab.pad_id, seq_len)

@@ -28,14 +28,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 import checkpoint as checkpoints  # noqa: E402
+import glue_data  # noqa: E402
+import glue_metrics  # noqa: E402
 import glue_tasks  # noqa: E402
+import pair_encoding  # noqa: E402
 from atomic import atomic_write  # noqa: E402
 from classification_task import ClassificationTask, Part  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from hardware import select_device  # noqa: E402
 from config import known_name, typed_value  # noqa: E402
 from ini import load_config, parse_overrides  # noqa: E402
-from trainer import Trainer, evaluate  # noqa: E402
+from trainer import Trainer  # noqa: E402
 from vocab import load_vocab  # noqa: E402
 
 TASK_ORDER = ("mnli", "cola", "sst2", "mrpc", "qqp", "stsb", "qnli", "rte", "wnli")  # MNLI first: --from-mnli
@@ -101,7 +104,7 @@ def available_tasks(glue_dir: Path, tasks: list[str], skip_missing: bool) -> lis
         task = glue_tasks.TASKS[name]
         try:
             for split in ("train", *task.dev_splits):
-                glue_tasks.find_split_files(glue_dir, task, split)
+                glue_data.find_split_files(glue_dir, task, split)
         except UserError as error:
             missing.append((name, str(error)))
     if missing and not skip_missing:
@@ -201,8 +204,8 @@ class Runner:
         config = checkpoints.with_architecture(load_config(self.config_file(task), self.overrides_for(seed)), saved)
         task_object = ClassificationTask(config, load_vocab(self.out / "vocab"), select_device(config.device))
         trainer = Trainer(config, task_object)
-        model = trainer.restored_model(saved, best)
-        metrics = evaluate(model, task_object, task_object.eval_batches("val", None), trainer.autocast)
+        model = trainer.starter.restored_model(saved, best)
+        metrics = task_object.evaluate(model, task_object.eval_batches("val", None), trainer.autocast)
         result = {"task": task, "seed": seed, "checkpoint": str(best), "step": saved["step"], "metrics": metrics,
                   "predictions": self.test_predictions(trainer, model, task, seed)}
         target = self.score_file(task, seed)
@@ -231,7 +234,7 @@ class Runner:
 
 def has_split(glue_dir: Path, task: str, split: str) -> bool:
     try:
-        glue_tasks.find_split_files(glue_dir, glue_tasks.TASKS[task], split)
+        glue_data.find_split_files(glue_dir, glue_tasks.TASKS[task], split)
     except UserError:
         return False
     return True
@@ -240,8 +243,8 @@ def has_split(glue_dir: Path, task: str, split: str) -> bool:
 def ax_submission(trainer: Trainer, model, glue_dir: Path) -> dict[str, list[str]]:
     """AX.tsv: the MNLI model's predictions on the diagnostic set."""
     task = trainer.task
-    examples = glue_tasks.read_split(glue_dir, "ax", "test")
-    encoded = glue_tasks.encode_examples(task.vocab, examples.first, examples.second, task.config.seq_len)
+    examples = glue_data.read_split(glue_dir, "ax", "test")
+    encoded = pair_encoding.encode_examples(task.vocab, examples.first, examples.second, task.config.seq_len)
     predictions = task.predict(model, Part("test", examples, encoded), trainer.autocast)
     return {"AX.tsv": glue_tasks.submission_lines(glue_tasks.TASKS["ax"], predictions, examples.index)}
 
@@ -262,8 +265,8 @@ def summary(results: list[dict]) -> dict:
                for dev, metrics in by_result.items()}
     spread = {dev: {metric: (min(values), max(values)) for metric, values in metrics.items()}
               for dev, metrics in by_result.items()}
-    return {"medians": medians, "spread": spread, "cramming_average": glue_tasks.cramming_average(medians),
-            "leaderboard_average": glue_tasks.leaderboard_average(medians)}
+    return {"medians": medians, "spread": spread, "cramming_average": glue_metrics.cramming_average(medians),
+            "leaderboard_average": glue_metrics.leaderboard_average(medians)}
 
 
 def table(results: list[dict], args) -> str:
@@ -302,7 +305,7 @@ def write_submission(results: list[dict], out: Path) -> None:
     best: dict[str, tuple[float, dict]] = {}
     for result in results:
         task = glue_tasks.TASKS[result["task"]]
-        score = glue_tasks.task_score(task, result["metrics"])
+        score = glue_metrics.task_score(task, result["metrics"])
         if result["predictions"] and (result["task"] not in best or score > best[result["task"]][0]):
             best[result["task"]] = (score, result)
     if not best:

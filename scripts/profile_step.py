@@ -7,8 +7,8 @@
 Builds the run as main.py does (task, model, optimizer, data, compile, dtype: every config key
 applies, and any key can be overridden as for main.py), runs --warmup steps, times --steps
 steps as the training log does (tokens/s, MFU against the matmul peak), then profiles as many
-more and prints two markdown tables: the step's phases (the names Trainer.train_step gives
-them), each with the time its operators took and the time between them (Python and the
+more and prints two markdown tables: the step's phases (trainer.PHASES, as Trainer.train_step
+records them), each with the time its operators took and the time between them (Python and the
 framework), and the operators that took the most time themselves. Nothing is written under
 base-dir/runs.
 """
@@ -28,9 +28,7 @@ import main as training  # noqa: E402
 from ini import load_config  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from run_log import RunLog  # noqa: E402
-from trainer import Trainer  # noqa: E402
-
-PHASES = ("forward", "backward", "gradient clip", "optimizer")  # record_function names in train_step
+from trainer import PHASES, Trainer  # noqa: E402
 
 
 def parse_args(argv):
@@ -51,7 +49,8 @@ def prepared_run(config):
     task = training.make_task(config)
     trainer = Trainer(config, task)
     task.check_data(("train",))
-    run = trainer.open_run(trainer.build_model(None), Path(tempfile.mkdtemp()), RunLog(None, config))
+    starter = trainer.starter
+    run = starter.open_run(starter.build_model(None), Path(tempfile.mkdtemp()), RunLog(None, config))
     batches = hardware.prefetch(task.train_batches(None), trainer.device, config.async_to_device)
     return trainer, run, batches
 

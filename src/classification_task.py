@@ -1,6 +1,6 @@
-"""Fine-tuning on a sentence or a sentence pair (trainer.Task): every GLUE task (glue.py has the table,
-the readers of both layouts, pair encoding and the metrics) and `classify`, any single-sentence
-classification laid out as SST-2 is, with num-labels classes.
+"""Fine-tuning on a sentence or a sentence pair (task.Task): every GLUE task (glue_tasks.py has the
+table, glue_data.py the readers of both layouts, pair_encoding.py the inputs, glue_metrics.py the
+metrics) and `classify`, any single-sentence classification laid out as SST-2 is, with num-labels classes.
 
 Batches are padded to their own longest example (rounded up to a multiple of 8), not to seq-len:
 SST-2 sentences average about 10 words, so most of a 128-wide batch would be padding. With
@@ -14,7 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+import glue_data
+import glue_metrics
 import glue_tasks
+import pair_encoding
 from batching import BatchOrder, LengthGroupedBatchOrder, kept_rows
 from errors import UserError
 from hardware import to_device
@@ -32,9 +35,9 @@ def glue_task_of(config) -> glue_tasks.GlueTask:
 @dataclass
 class Part:
     """One file set of a split (MNLI's validation has two: matched and mismatched), encoded."""
-    name: str  # the split as glue.py names it: validation_matched
-    examples: glue_tasks.Examples
-    encoded: glue_tasks.EncodedExamples
+    name: str  # the split as glue_tasks.py names it: validation_matched
+    examples: glue_data.Examples
+    encoded: pair_encoding.EncodedExamples
 
     def __len__(self) -> int:
         return len(self.examples)
@@ -57,7 +60,7 @@ def confusion_matrix(predicted: torch.Tensor, labels: torch.Tensor, classes: int
 def confusion_metrics(confusion: np.ndarray) -> dict[str, float]:
     """Accuracy and Matthews correlation from counts[true, predicted], and F1 of class 1 with two classes."""
     metrics = {"accuracy": float(np.trace(confusion) / confusion.sum()),
-               "matthews": glue_tasks.matthews_from_confusion(confusion)}
+               "matthews": glue_metrics.matthews_from_confusion(confusion)}
     if len(confusion) == 2:
         true_positive = confusion[1, 1]
         metrics["f1"] = float(2 * true_positive / (2 * true_positive + confusion[0, 1] + confusion[1, 0]) or 0.0)
@@ -100,7 +103,7 @@ class ClassificationTask:
         return self.glue_task.num_labels
 
     def split_names(self, split: str) -> tuple[str, ...]:
-        """glue.py's names of a split's parts: val is every dev split, test every test split."""
+        """glue_tasks.py's names of a split's parts: val is every dev split, test every test split."""
         return {"train": ("train",), "val": self.glue_task.dev_splits, "test": self.glue_task.test_splits}[split]
 
     def parts(self, split: str) -> list[Part]:
@@ -113,7 +116,7 @@ class ClassificationTask:
         return self.parts(split)[0]
 
     def read_part(self, split: str, name: str) -> Part:
-        examples = glue_tasks.read_split(self.config.glue_path, self.glue_task, name)
+        examples = glue_data.read_split(self.config.glue_path, self.glue_task, name)
         path = examples.files[0]
         kept = kept_rows(len(examples), self.config.share_of(split), self.config.seed)
         if len(kept) < len(examples):
@@ -123,7 +126,7 @@ class ClassificationTask:
         if len(examples) < self.order.batch_size * self.order.world_size:
             raise UserError(f"{path}: {len(examples)} examples are fewer than one batch "
                             f"(batch-size {self.order.batch_size} x {self.order.world_size} processes)")
-        encoded = glue_tasks.encode_examples(self.vocab, examples.first, examples.second, self.config.seq_len)
+        encoded = pair_encoding.encode_examples(self.vocab, examples.first, examples.second, self.config.seq_len)
         return Part(name, examples, encoded)
 
     def check_data(self, splits: tuple[str, ...]):
@@ -174,7 +177,7 @@ class ClassificationTask:
         return loss, torch.cat([labels.new_tensor([len(labels)]), confusion])
 
     def metrics(self, loss: float, statistics: torch.Tensor) -> dict:
-        """Training metrics from summed statistics (validation has evaluate, on every prediction)."""
+        """Training metrics from summed statistics (evaluate scores every prediction)."""
         if self.glue_task.is_regression:
             return {"loss": loss, "pearson": pearson_from_sums(statistics[1:].numpy())}
         classes = self.num_labels
@@ -208,11 +211,11 @@ class ClassificationTask:
         return metrics | {"examples": examples}
 
     def part_metrics(self, labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
-        metrics = glue_tasks.task_metrics(self.glue_task, labels, predictions)
+        metrics = glue_metrics.task_metrics(self.glue_task, labels, predictions)
         if not self.glue_task.is_regression:
-            metrics.setdefault("accuracy", glue_tasks.accuracy(labels, predictions))
+            metrics.setdefault("accuracy", glue_metrics.accuracy(labels, predictions))
         if len(self.glue_task.metrics) > 1:
-            metrics["score"] = glue_tasks.task_score(self.glue_task, metrics)
+            metrics["score"] = glue_metrics.task_score(self.glue_task, metrics)
         return metrics
 
     def predicted(self, logits: torch.Tensor) -> torch.Tensor:

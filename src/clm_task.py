@@ -1,5 +1,5 @@
-"""Causal language modelling (trainer.Task) on the MLM shards (a static shard's original ids, or
-the original project's GPT article arrays): the encoder with a causal mask, each position
+"""Causal language modelling (task.Task) on the MLM shards (a static shard's original ids, or
+legacy.py's GPT article arrays): the encoder with a causal mask, each position
 predicting the next token; loss and accuracy over every real next token."""
 import torch
 
@@ -8,6 +8,7 @@ from lm_data import DATA_KEYS, LanguageModelData
 from masking import IGNORE_INDEX
 from mlm_task import token_statistics
 from model import BertForCausalLM, model_config
+from task import evaluate_by_sums
 
 
 class CausalLMTask:
@@ -52,6 +53,9 @@ class CausalLMTask:
     def metrics(self, loss: float, statistics: torch.Tensor) -> dict:
         count, hits = statistics.tolist()
         return {"loss": loss, "accuracy": hits / count}
+
+    def evaluate(self, model, batches, autocast) -> dict:
+        return evaluate_by_sums(self, model, batches, autocast)
 
     @torch.no_grad()
     def show_predictions(self, model, autocast) -> str:

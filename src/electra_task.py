@@ -1,4 +1,4 @@
-"""Replaced-token detection, ELECTRA's pre-training (trainer.Task): the MLM shards and masks; a
+"""Replaced-token detection, ELECTRA's pre-training (task.Task): the MLM shards and masks; a
 generator fills the masks, the encoder learns to tell every replaced token."""
 import torch
 import torch.nn.functional as F
@@ -7,6 +7,7 @@ from lm_data import DATA_KEYS, LanguageModelData
 from masking import IGNORE_INDEX, MaskingRule
 from mlm_task import MASKING_KEYS, Masker, first_sample, masked_share
 from model import ElectraForPreTraining, model_config, token_hits, token_loss
+from task import evaluate_by_sums
 
 
 class ElectraTask:
@@ -73,6 +74,9 @@ class ElectraTask:
         return {"loss": loss, "accuracy": generator_hits / masked, "generator_loss": generator_loss / masked,
                 "detection_loss": detection_loss / real, "detection_accuracy": detector_hits / real,
                 "replaced": replaced / real}
+
+    def evaluate(self, model, batches, autocast) -> dict:
+        return evaluate_by_sums(self, model, batches, autocast)
 
     @torch.no_grad()
     def show_predictions(self, model, autocast) -> str:

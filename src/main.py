@@ -34,7 +34,7 @@ from stop_request import StopRequest
 from trainer import Trainer
 from vocab import load_vocab
 
-# Each task-type (config.TASK_TYPES) to its class; the trainer knows a task only through trainer.Task.
+# Each task-type (config.TASK_TYPES) to its class; the trainer knows a task only through task.Task.
 TASKS = {task.name: task for task in (MaskedLMTask, CausalLMTask, ElectraTask)} | dict.fromkeys(
     CLASSIFICATION_TASKS, ClassificationTask)
 

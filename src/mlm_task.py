@@ -1,4 +1,4 @@
-"""Masked language modelling (trainer.Task): the shards of lm_data.py, masked as masking.py says,
+"""Masked language modelling (task.Task): the shards of lm_data.py, masked as masking.py says,
 the loss at the masked positions, and a look at the predictions. With sentence-objective nsp or
 sop, the model also classifies each sentence pair from the pooled [CLS].
 
@@ -12,6 +12,7 @@ from hardware import to_device
 from lm_data import DATA_KEYS, LanguageModelData
 from masking import IGNORE_INDEX, MaskingRule, mask_tokens, predictions_per_sequence
 from model import BertForMaskedLM, BertForPreTraining, model_config, token_hits
+from task import evaluate_by_sums
 
 PAIR_LABEL_NAMES = {"nsp": ("next", "random"), "sop": ("in order", "swapped")}
 # The Config fields that decide how tokens are masked: a resumed run keeps them.
@@ -121,6 +122,9 @@ class MaskedLMTask:
         if pairs:
             metrics["sentence_accuracy"] = pairs[1] / pairs[0]
         return metrics
+
+    def evaluate(self, model, batches, autocast) -> dict:
+        return evaluate_by_sums(self, model, batches, autocast)
 
     @torch.no_grad()
     def show_predictions(self, model, autocast) -> str:

@@ -1,18 +1,15 @@
 """The training loop shared by every task: schedule, optimizer, mixed precision, checkpoints, logs.
 
 A task (mlm_task.py, classification_task.py) supplies the model, the batches and the loss, as
-the Task protocol below says; this file does everything else, the same way for all of them.
-Read top to bottom: what a task provides, what a run carries, starting or resuming a run,
-the loop, and the helpers it uses.
+task.Task says; run_start.py opens the run; this file does everything else, the same way for all
+of them. Read top to bottom: the loop, one step, its log line, validation, saving, scoring a checkpoint.
 """
 import json
 import math
-import shutil
 import sys
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -23,111 +20,26 @@ from tqdm import tqdm
 import checkpoint as checkpoints
 import distributed
 import hardware
-from atomic import atomic_write, remove_stale_temps
-from config import INI_KEYS, Config, ini_text
+from atomic import atomic_write
+from config import Config
 from errors import UserError
-from model import count_parameters, flops_per_token
-from optimizer import learning_rate, make_optimizer
-from run_log import RunLog, create_run_dir
+from model import flops_per_token
+from optimizer import learning_rate
+from run_start import Run, RunStarter
 from stop_request import StopRequest
+from task import Task
 from throughput import Clock, Throughput
-from vocab import Vocab
 
 
-class Task(Protocol):
-    """What the trainer needs of a task; main.py builds one from the config."""
-    name: str  # saved in checkpoints: which task made them
-    vocab: Vocab
-    device: torch.device
-    best_metric: str  # the validation metric that picks best.pt
-    lower_is_better: bool
-    predictions_per_token: float  # share of the input tokens the output head scores, for MFU
-    measuring_keys: tuple[str, ...]  # Config fields that decide what the scores mean: a resumed run keeps them
-
-    def build_model(self, max_len: int | None = None) -> nn.Module:
-        """The task's model; max_len (the position table) from a checkpoint, else seq-len."""
-
-    def check_data(self, splits: tuple[str, ...]):
-        """Open and check these splits now: a bad file stops the run before its first step."""
-
-    def train_batches(self, position: dict | None) -> Iterator[tuple[dict, dict]]:
-        """Endless (position after it, numpy batch) pairs from `position` on: the data order to resume."""
-
-    def eval_batches(self, split: str, count: int | None) -> Iterator[dict]:
-        """The same device batches of a split at every call: the first `count`, or all for None."""
-
-    def loss(self, model: nn.Module, batch: dict,
-             generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean loss and a vector of additive statistics whose first entry counts the predictions;
-        generator: for the masks a training batch draws (evaluation batches bring theirs)."""
-
-    def metrics(self, loss: float, statistics: torch.Tensor) -> dict[str, float]:
-        """Named metrics from the mean loss and the summed statistics of a split."""
-
-    def show_predictions(self, model: nn.Module, autocast) -> str:
-        """A few validation predictions as text, for the log."""
-
-    def submission(self, model: nn.Module, split: str, autocast) -> dict[str, list[str]] | None:
-        """Where the split's labels are hidden (GLUE test sets): each predictions file's name -> its lines.
-        A task may also have evaluate(model, batches, autocast) -> metrics, when its metrics need every
-        prediction rather than sums (GLUE's correlations); the trainer then calls that instead."""
+class StepPhases(NamedTuple):
+    """The parts of a training step as torch.profiler records them; scripts/profile_step.py reports them."""
+    forward: str = "forward"
+    backward: str = "backward"
+    clip: str = "gradient clip"
+    optimizer: str = "optimizer"
 
 
-@dataclass
-class Run:
-    """What a training run carries from step to step."""
-    model: nn.Module
-    compiled: nn.Module  # what trains: the model under torch.compile and DDP, where used
-    optimizer: torch.optim.Optimizer
-    scaler: torch.amp.GradScaler
-    mask_generator: torch.Generator
-    run_dir: Path | None  # None off rank 0
-    log: RunLog
-    finite: torch.Tensor  # on the device: False once any loss was nan or inf
-    step: int = 0
-    tokens: int = 0  # input positions trained on, all ranks, padding included (from shapes: no sync)
-    position: dict | None = None  # of the data stream, for exact resume
-    best: float | None = None
-    elapsed: float = 0.0  # seconds of training, validation left out: what a time budget counts
-    lr: float = 0.0  # of the last step
-    start: str | None = None  # the checkpoint whose weights a new run started from
-    lineage: list = field(default_factory=list)  # the training behind those weights (checkpoint.stage)
-    resumed_at: int | None = None  # the step a resumed run went on from
-    meter: Throughput | None = None  # the training figures since the last log line
-    log_sums: dict | None = None  # the meter's sums when the checkpoint a run resumes from was saved
-
-    @property
-    def checkpoints(self) -> Path | None:
-        return self.run_dir / "checkpoints" if self.run_dir else None
-
-
-def resumes(checkpoint: dict, task: Task, config: Config) -> bool:
-    """The rule for --cp: a checkpoint of the same task and heads, with optimizer state, resumes
-    its run; any other (pre-training to fine-tune, an imported model) starts a new run from its weights."""
-    same_heads = bool(checkpoint["model_config"].get("sentence_classes", 0)) == (config.sentence_objective != "none")
-    return checkpoint["task"] == task.name and checkpoint["optimizer"] is not None and same_heads
-
-
-def check_same_measure(path: Path, saved_settings: dict, task: Task, config: Config):
-    """A resumed run keeps the settings that decide what its scores mean, or its curves and
-    best.pt would mix two experiments."""
-    for name in task.measuring_keys:
-        if name in saved_settings:
-            check_kept(path, name, saved_settings[name], getattr(config, name),
-                       "to start a new run from these weights, add --switch-training")
-
-
-def check_same_optimizer_groups(path: Path, saved_settings: dict, config: Config):
-    """Adam's moments are saved per parameter group, and layer-lr-decay decides the groups."""
-    check_kept(path, "layer_lr_decay", saved_settings.get("layer_lr_decay", 1.0), config.layer_lr_decay,
-               "or add --dont-load-optimizer to resume with fresh optimizer moments")
-
-
-def check_kept(path: Path, name: str, saved, current, remedy: str):
-    """One line, exit 2, when a resumed run's config changes a setting the run must keep."""
-    if saved != current:
-        raise UserError(f"{path}: the run has {INI_KEYS[name]} = {ini_text(saved)}, the config "
-                        f"{ini_text(current)}; a resumed run keeps it ({remedy})")
+PHASES = StepPhases()
 
 
 class Trainer:
@@ -139,154 +51,25 @@ class Trainer:
         self.device = task.device
         self.dtype = hardware.select_dtype(config.dtype, self.device)
         self.autocast = torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32)
+        self.starter = RunStarter(config, task, self.dtype, rank, world_size)
 
     def fit(self, checkpoint_path: Path | None = None, *, switch_training: bool = False,
             load_optimizer: bool = True, stop: StopRequest | None = None) -> Path:
         """Train from scratch, resume a run, or start a new run from a checkpoint's weights
         (switch_training: whatever the checkpoint; load_optimizer False: resume with a fresh
         optimizer). `stop`: the caller's, to learn whether the run was stopped; else its own."""
-        start = checkpoints.load(checkpoint_path) if checkpoint_path else None
-        if start is not None and not switch_training and resumes(start, self.task, self.config):
-            run = self.resume_run(start, checkpoint_path, load_optimizer)
-        else:
-            run = self.new_run(start, checkpoint_path)
+        run = self.starter.start(checkpoint_path, switch_training, load_optimizer)
         first_step = run.step
         try:
             with StopRequest() if stop is None else nullcontext(stop) as stop:
                 self.train(run, stop)
         except BaseException:
             if run.step == first_step:
-                self.remove_failed_start(run)
+                self.starter.remove_failed_start(run)
             raise
         finally:
             run.log.close()
         return run.run_dir
-
-    # ------------------------------------------------------------------------- starting a run
-
-    def new_run(self, start: dict | None, start_path: Path | None) -> Run:
-        """A run in a new directory, from fresh weights or from those of `start`. The directory
-        is removed again if the run cannot start."""
-        model = self.build_model(start)
-        if start is not None:
-            checkpoints.check_compatible(start_path, start, self.task.vocab, model.config)
-        self.task.check_data(("val",))  # train: read at step 1, before anything is lost
-        run_dir = self.new_run_dir()
-        log = None
-        try:
-            log = RunLog(run_dir if self.rank == 0 else None, self.config)
-            if start is not None:
-                checkpoints.load_pretrained(model, start, start_path, log)
-            run = self.open_run(model, run_dir, log)
-            run.start = str(start_path.resolve()) if start is not None else None
-            run.lineage = checkpoints.lineage(start) if start is not None else []
-            self.announce(run)
-        except BaseException:
-            self.discard_run_dir(run_dir, log)
-            raise
-        return run
-
-    def resume_run(self, saved: dict, path: Path, load_optimizer: bool = True) -> Run:
-        """The run `saved` comes from, continued exactly: weights, optimizer, data position, random
-        states. It goes on in its run directory (a copied checkpoint: in a new one)."""
-        settings = checkpoints.saved_settings(saved)
-        check_same_measure(path, settings, self.task, self.config)
-        if load_optimizer:
-            check_same_optimizer_groups(path, settings, self.config)
-        model = self.restored_model(saved, path)
-        self.task.check_data(("val",))
-        run_dir = checkpoints.run_dir_of(path) or self.new_run_dir()
-        if self.rank == 0:
-            remove_stale_temps(run_dir / "checkpoints")
-        log = RunLog(run_dir if self.rank == 0 else None, self.config)
-        run = self.open_run(model, run_dir, log)
-        if load_optimizer:
-            run.optimizer.load_state_dict(saved["optimizer"])
-        else:
-            log("the optimizer starts afresh (--dont-load-optimizer): Adam's moments are zero")
-        states = saved.get("rng_per_rank", [])  # one per rank that saved it
-        sums = saved.get("log_sums_per_rank", [])
-        run.log_sums = sums[self.rank] if self.rank < len(sums) else None
-        if self.rank < len(states):
-            checkpoints.restore_random_states(states[self.rank], run.mask_generator)
-        if len(states) < self.world_size:  # said by rank 0, the one that logs
-            log(f"note: the checkpoint holds random states for {len(states)} process(es); "
-                f"ranks {len(states)} and up start from fresh seeds")
-        run.step, run.best, run.position = saved["step"], saved.get("best"), saved.get("data_position")
-        run.tokens, run.elapsed, run.start = saved.get("tokens", 0), saved.get("elapsed", 0.0), saved.get("start")
-        run.lineage = saved.get("lineage", [])
-        run.resumed_at = run.step
-        log(f"resuming {path} at step {run.step}")
-        self.announce(run)
-        return run
-
-    def remove_failed_start(self, run: Run):
-        """A new run that failed before its first step leaves no directory behind."""
-        if run.resumed_at is None:
-            self.discard_run_dir(run.run_dir, run.log)
-
-    def discard_run_dir(self, run_dir: Path, log: RunLog | None):
-        """Close the run's log (and its lock), then remove its directory; rank 0 owns it."""
-        if log is not None:
-            log.close()
-        if self.rank == 0:
-            shutil.rmtree(run_dir, ignore_errors=True)
-
-    def build_model(self, checkpoint: dict | None) -> nn.Module:
-        """The task's model with fresh weights, seeded per rank; a checkpoint's position table size."""
-        torch.manual_seed(self.config.seed + self.rank)
-        max_len = checkpoint["model_config"]["max_len"] if checkpoint else None
-        return self.task.build_model(max_len).to(self.device)
-
-    def restored_model(self, saved: dict, path: Path) -> nn.Module:
-        """The task's model with every weight of a checkpoint of this task."""
-        model = self.build_model(saved)
-        checkpoints.check_compatible(path, saved, self.task.vocab, model.config)
-        checkpoints.load_weights(model, saved["model"], path)
-        return model
-
-    def new_run_dir(self) -> Path:
-        """runs/runN (or runs/RUN-ID), made by rank 0 and known to every rank."""
-        runs_dir = Path(self.config.runs_dir).absolute()
-        run_dir = [create_run_dir(runs_dir, self.config.run_id) if self.rank == 0 else None]
-        if torch.distributed.is_initialized():
-            torch.distributed.broadcast_object_list(run_dir, src=0)
-        return run_dir[0]
-
-    def open_run(self, model: nn.Module, run_dir: Path, log: RunLog) -> Run:
-        """The run around a model: compiled and wrapped for DDP where asked, its optimizer."""
-        config, device = self.config, self.device
-        mask_generator = torch.Generator(device=device).manual_seed(config.seed + 1000 + self.rank)
-        compiled = torch.compile(model) if config.compile else model
-        if torch.distributed.is_initialized():  # compile, then DDP, as nanoGPT does
-            compiled = DistributedDataParallel(compiled, device_ids=[device.index] if device.type == "cuda" else None)
-        run = Run(model=model, compiled=compiled, optimizer=make_optimizer(model, config, log),
-                  scaler=torch.amp.GradScaler(device.type, enabled=self.dtype == torch.float16),
-                  mask_generator=mask_generator, run_dir=run_dir, log=log,
-                  finite=torch.ones((), dtype=torch.bool, device=device))
-        return run
-
-    def announce(self, run: Run):
-        """The log's header (directory, settings, model size), and the run's config.ini."""
-        config = self.config
-        run.log(f"run directory: {run.run_dir}")
-        if config.sources:
-            run.log(f"config read from {', then '.join(config.sources)} (the later overrides)"
-                    if len(config.sources) > 1 else f"config read from {config.sources[0]}")
-        for line in config.describe():
-            run.log(f"  {line}")
-        global_batch = config.batch_size * config.grad_accum_steps * self.world_size
-        run.log(f"model: {count_parameters(run.model) / 1e6:.2f}M parameters; device {self.device}, "
-                f"autocast {str(self.dtype).removeprefix('torch.')}; global batch {global_batch} "
-                f"({config.batch_size} x {config.grad_accum_steps} accumulation x {self.world_size} processes)")
-        if config.warmup_iters > config.max_iters and not config.budget_seconds:
-            run.log(f"warning: warmup-iters = {config.warmup_iters} is above max-iters = {config.max_iters}: "
-                    f"the learning rate stops before it reaches learning-rate")
-        if self.rank == 0:  # what compare_runs.py and a reader of the run directory look up
-            lines = config.describe() + [f"# {self.world_size} process(es)"]
-            if run.start:
-                lines.append(f"# started from {run.start}")
-            atomic_write(run.run_dir / "config.ini", lambda temp: temp.write_text("\n".join(lines) + "\n"))
 
     # ------------------------------------------------------------------------- the loop
 
@@ -342,17 +125,17 @@ class Trainer:
             run.tokens += batch["input_ids"].numel() * self.world_size
             last = micro == accumulation - 1
             with nullcontext() if last or self.world_size == 1 else run.compiled.no_sync():
-                with self.autocast, record_function("forward"):  # the names scripts/profile_step.py reports
+                with self.autocast, record_function(PHASES.forward):
                     loss, statistics = self.task.loss(run.compiled, batch, generator=run.mask_generator)
-                with record_function("backward"):
+                with record_function(PHASES.backward):
                     run.scaler.scale(loss / accumulation).backward()
             meter.add(loss, statistics)
             run.finite &= torch.isfinite(loss.detach())
         if config.grad_clip > 0:
-            with record_function("gradient clip"):
+            with record_function(PHASES.clip):
                 run.scaler.unscale_(run.optimizer)
                 nn.utils.clip_grad_norm_(run.model.parameters(), config.grad_clip)
-        with record_function("optimizer"):
+        with record_function(PHASES.optimizer):
             run.scaler.step(run.optimizer)
             run.scaler.update()
             run.optimizer.zero_grad(set_to_none=True)
@@ -409,7 +192,7 @@ class Trainer:
         task = self.task
         # Past DDP: evaluation needs no gradient sync, and ranks may see different batch counts.
         model = run.compiled.module if isinstance(run.compiled, DistributedDataParallel) else run.compiled
-        metrics = evaluate(model, task, task.eval_batches("val", self.config.val_iters), self.autocast)
+        metrics = task.evaluate(model, task.eval_batches("val", self.config.val_iters), self.autocast)
         run.log(f"step {run.step} | " + " | ".join(f"val {name} {shown(value)}" for name, value in metrics.items()))
         if not math.isfinite(metrics["loss"]):  # never a best checkpoint, nor one to resume
             raise UserError(f"validation loss is not finite (nan or inf) at step {run.step}: run stopped; "
@@ -455,7 +238,7 @@ class Trainer:
         """Score a checkpoint on the test split and save the metrics in its run directory;
         where the labels are hidden (GLUE), write the predictions as a submission file instead."""
         saved = checkpoints.load(checkpoint_path)
-        model = self.restored_model(saved, checkpoint_path)
+        model = self.starter.restored_model(saved, checkpoint_path)
         run_dir = checkpoints.run_dir_of(checkpoint_path) or checkpoint_path.parent
         step = saved["step"]
         files = self.task.submission(model, "test", self.autocast)
@@ -468,7 +251,7 @@ class Trainer:
                 written.append(str(target))
             return {"predictions": written}
         batches = self.task.eval_batches("test", self.config.test_iters or None)
-        metrics = evaluate(model, self.task, batches, self.autocast)
+        metrics = self.task.evaluate(model, batches, self.autocast)
         metrics = {"checkpoint": str(checkpoint_path), "step": step,
                    **{f"test_{name}": value for name, value in metrics.items()}}
         target = run_dir / f"test_metrics_step{step}.json"
@@ -482,28 +265,6 @@ class Trainer:
 
 def shown(value) -> str:
     return f"{value:.4f}" if isinstance(value, float) else str(value)
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, task: Task, batches, autocast) -> dict:
-    """The task's metrics over the given batches, all ranks' together; sums stay on the device
-    until the end. A task whose metrics need every prediction (GLUE's) scores them itself."""
-    if hasattr(task, "evaluate"):
-        return task.evaluate(model, batches, autocast)
-    model.eval()
-    loss_sum, totals = torch.zeros((), device=task.device, dtype=torch.float64), 0
-    for batch in batches:
-        with autocast:
-            loss, statistics = task.loss(model, batch)
-        loss_sum += loss.double() * statistics[0]
-        totals = totals + statistics.double()
-    model.train()
-    if isinstance(totals, int):
-        raise UserError("the evaluation split has no batch: it holds fewer samples than batch-size")
-    summed = torch.cat([loss_sum[None], totals])
-    if torch.distributed.is_initialized():
-        torch.distributed.all_reduce(summed)
-    return task.metrics(summed[0].item() / summed[1].item(), summed[1:].cpu())
 
 
 def unwrap(model: nn.Module) -> nn.Module:

@@ -181,3 +181,28 @@ def mlm_trained_run(mlm_base_dir, tmp_path_factory) -> Path:
         for signum, handler in saved.items():
             signal.signal(signum, handler)
     return directory
+
+
+@pytest.fixture
+def skip_flops_measurement(monkeypatch):
+    """The MFU denominator takes seconds of 1024x1024 matmuls per run; a constant will do here."""
+    import hardware
+    monkeypatch.setattr(hardware, "measure_matmul_flops", lambda device, dtype: 1e12)
+
+
+@pytest.fixture
+def training_losses(monkeypatch) -> list[float]:
+    """The loss of every training micro-step of in-process MLM runs, in order, as Python floats."""
+    import torch
+    from mlm_task import MaskedLMTask
+    losses = []
+    original = MaskedLMTask.loss
+
+    def recording_loss(self, model, batch, generator=None):
+        result = original(self, model, batch, generator)
+        if torch.is_grad_enabled():  # training, not evaluation
+            losses.append(result[0].item())
+        return result
+
+    monkeypatch.setattr(MaskedLMTask, "loss", recording_loss)
+    return losses

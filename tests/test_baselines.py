@@ -4,7 +4,7 @@ import shutil
 
 import bench
 import bench_finetune
-import glue_tasks
+import glue_data
 import bow_baseline
 import make_demo
 import pytest
@@ -92,8 +92,8 @@ def test_agreement_pairs_label_whether_two_sentences_share_a_sentiment(rotten_to
     make_demo.write_sst2(tmp_path / "sst2", rotten_tomatoes, seed=123)
     bench_finetune.agreement_pairs(tmp_path / "sst2", tmp_path / "glue")
     for split in ("train", "validation", "test"):
-        single = glue_tasks.read_split(tmp_path / "sst2", "sst2", split)
-        pairs = glue_tasks.read_split(tmp_path / "glue", "mrpc", split)
+        single = glue_data.read_split(tmp_path / "sst2", "sst2", split)
+        pairs = glue_data.read_split(tmp_path / "glue", "mrpc", split)
         assert pairs.first == single.first and sorted(pairs.second) == sorted(single.first)
         sentiment = dict(zip(single.first, single.labels))
         assert [int(sentiment[a] == sentiment[b]) for a, b in zip(pairs.first, pairs.second)] == pairs.labels.tolist()

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from batching import BatchOrder, LengthGroupedBatchOrder, group_by_length
-from glue_tasks import encode_examples
+from pair_encoding import encode_examples
 from vocab import load_vocab
 
 

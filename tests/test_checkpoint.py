@@ -3,8 +3,6 @@ the --cp rule, and checkpoints in the earlier layout (with an "rng" entry) still
 import errno
 import io
 import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -12,12 +10,10 @@ import pytest
 import torch
 
 import checkpoint as checkpoints
-from atomic import remove_stale_temps
 import main
 from config import Config
 from errors import UserError
 from model import BertForMaskedLM, ModelConfig
-from trainer import resumes
 from vocab import Vocab
 
 VOCAB = Vocab(("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c"))
@@ -119,31 +115,9 @@ def test_a_kill_while_rotating_leaves_the_latest_in_place(tmp_path, monkeypatch)
     assert not list(tmp_path.glob(".*.tmp"))
 
 
-def test_temp_files_of_dead_processes_are_removed(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    stale = tmp_path / f".checkpoint.pt.{dead.stdout.strip()}.tmp"
-    ours = tmp_path / f".checkpoint.pt.{os.getpid()}.tmp"
-    stale.write_bytes(b"half"), ours.write_bytes(b"being written")
-    remove_stale_temps(tmp_path)
-    assert not stale.exists() and ours.exists()
-
-
 def test_run_dir_of_a_checkpoint():
     assert checkpoints.run_dir_of(Path("/x/runs/run3/checkpoints/best.pt")) == Path("/x/runs/run3")
     assert checkpoints.run_dir_of(Path("/x/elsewhere/best.pt")) is None
-
-
-@pytest.mark.parametrize("saved, config, expected", [
-    ({"task": "mlm", "optimizer": {}}, Config(), True),
-    ({"task": "mlm", "optimizer": None}, Config(), False),  # an imported model: a starting point
-    ({"task": "mlm", "optimizer": {}}, Config(task_type="sst2"), False),  # pre-training to fine-tune
-    ({"task": "mlm", "optimizer": {}}, Config(sentence_objective="nsp"), False),  # new heads
-])
-def test_the_rule_for_cp(saved, config, expected):
-    class Task:
-        name = config.task_type
-    checkpoint = {**saved, "model_config": {"sentence_classes": 0}}
-    assert resumes(checkpoint, Task(), config) is expected
 
 
 def test_a_checkpoint_in_the_earlier_layout_resumes_and_fine_tunes(mlm_workdir):

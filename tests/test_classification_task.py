@@ -16,7 +16,10 @@ import torch
 import checkpoint as checkpoints
 import classify
 import fill_mask
+import glue_data
+import glue_metrics
 import glue_tasks
+import pair_encoding
 import main
 import make_demo
 import prepare_mlm_dataset
@@ -83,14 +86,14 @@ def sst2_run(base_dir, mlm_checkpoint):
 def test_parquet_and_tsv_hold_the_same_sentences(base_dir):
     datasets = base_dir / "datasets"
     for split in ("train", "val"):
-        parquet = glue_tasks.read_split(datasets, "sst2", split)  # make_demo's parquet files, in datasets/ itself
-        tsv = glue_tasks.read_split(datasets / "SST-2", "sst2", split)  # its GLUE TSV files
+        parquet = glue_data.read_split(datasets, "sst2", split)  # make_demo's parquet files, in datasets/ itself
+        tsv = glue_data.read_split(datasets / "SST-2", "sst2", split)  # its GLUE TSV files
         assert parquet.files[0].suffix == ".parquet" and tsv.files[0].suffix == ".tsv"
         assert parquet.first == tsv.first and parquet.second is None and tsv.second is None
         assert np.array_equal(parquet.labels, tsv.labels)
         assert set(np.unique(parquet.labels)) == {0, 1}
-    hidden = glue_tasks.read_split(datasets / "SST-2", "sst2", "test")
-    assert hidden.labels_hidden and (hidden.labels == glue_tasks.HIDDEN_LABEL).all() and len(hidden) == 200
+    hidden = glue_data.read_split(datasets / "SST-2", "sst2", "test")
+    assert hidden.labels_hidden and (hidden.labels == glue_data.HIDDEN_LABEL).all() and len(hidden) == 200
     assert hidden.index.tolist() == list(range(200))
 
 
@@ -98,7 +101,7 @@ def test_cola_layout_and_matthews(tmp_path):
     cola = tmp_path / "train.tsv"  # CoLA's headerless layout: source, label, original mark, sentence
     cola.write_text("gj04\t1\t\tthe sailors rode the breeze clear of the rocks .\n"
                     "gj04\t0\t*\tthe more we study verbs , the crazier they get get .\n")
-    examples = glue_tasks.read_split(tmp_path, "cola", "train")
+    examples = glue_data.read_split(tmp_path, "cola", "train")
     assert examples.labels.tolist() == [1, 0] and examples.second is None
     assert examples.first[1].startswith("the more we study")
     # Binary Matthews: (tp*tn - fp*fn) / sqrt((tp+fp)(tp+fn)(tn+fp)(tn+fn)); rows are true labels.
@@ -109,7 +112,7 @@ def test_cola_layout_and_matthews(tmp_path):
                                      "f1": 2 * tp / (2 * tp + fp + fn)})
     # the training metrics from sums agree with GLUE's metric on the predictions themselves
     labels, predictions = np.repeat([0, 0, 1, 1], [tn, fp, fn, tp]), np.repeat([0, 1, 0, 1], [tn, fp, fn, tp])
-    assert glue_tasks.matthews_correlation(labels, predictions) == pytest.approx(expected)
+    assert glue_metrics.matthews_correlation(labels, predictions) == pytest.approx(expected)
     assert confusion_metrics(np.array([[60, 0], [40, 0]]))["matthews"] == 0.0  # a constant guess
 
 
@@ -117,7 +120,7 @@ def test_unknown_tsv_layout_is_a_clear_error(tmp_path):
     bad = tmp_path / "train.tsv"
     bad.write_text("text\tpolarity\nfine\t1\n")
     with pytest.raises(UserError) as error:
-        glue_tasks.read_split(tmp_path, "sst2", "train")
+        glue_data.read_split(tmp_path, "sst2", "train")
     assert str(error.value) == f"{bad}: line 1: missing column sentence (header: text, polarity)"
 
 
@@ -133,7 +136,7 @@ def test_bad_parquet_values_name_the_file_row_and_column(tmp_path, sentences, la
     path = tmp_path / "train-00000-of-00001.parquet"
     pq.write_table(pa.table({"sentence": sentences, "label": labels}), path)
     with pytest.raises(UserError) as error:
-        glue_tasks.read_split(tmp_path, "sst2", "train")
+        glue_data.read_split(tmp_path, "sst2", "train")
     assert str(error.value) == f"{path}: {message}"
 
 
@@ -151,7 +154,7 @@ def test_bad_tsv_values_name_the_file_line_and_column(tmp_path, task, name, cont
     path = tmp_path / name
     path.write_text(content)
     with pytest.raises(UserError) as error:
-        glue_tasks.read_split(tmp_path, task, name.removesuffix(".tsv"))
+        glue_data.read_split(tmp_path, task, name.removesuffix(".tsv"))
     assert str(error.value) == f"{path}: {message}"
 
 
@@ -159,16 +162,16 @@ def test_labels_as_integers_of_any_type_or_as_names_are_read(tmp_path):
     path = tmp_path / "train-00000-of-00001.parquet"
     for labels in ([1.0, 0.0], ["1", "0"], ["positive", "negative"]):
         pq.write_table(pa.table({"sentence": ["good", "bad"], "label": labels}), path)
-        assert glue_tasks.read_split(tmp_path, "sst2", "train").labels.tolist() == [1, 0]
+        assert glue_data.read_split(tmp_path, "sst2", "train").labels.tolist() == [1, 0]
 
 
 @pytest.mark.parametrize("pairs", [False, True])
 def test_dynamic_padding_gives_the_same_logits_as_padding_to_seq_len(base_dir, pairs):
     vocab = load_vocab(base_dir / "vocab")
-    examples = glue_tasks.read_split(base_dir / "datasets", "sst2", "val")
+    examples = glue_data.read_split(base_dir / "datasets", "sst2", "val")
     if pairs:  # sentence i with sentence i + 1: segment ids matter too
         examples.second = examples.first[1:] + examples.first[:1]
-    part = Part("validation", examples, glue_tasks.encode_examples(vocab, examples.first, examples.second, 128))
+    part = Part("validation", examples, pair_encoding.encode_examples(vocab, examples.first, examples.second, 128))
     torch.manual_seed(0)
     model = BertForSequenceClassification(ModelConfig(vocab_size=vocab.size, max_len=128, d_model=64, heads=2,
                                                       n_layer=2, d_ff=128, pad_id=vocab.pad_id)).eval()
@@ -281,9 +284,9 @@ def test_fill_mask_and_classify_scripts(mlm_checkpoint, sst2_run, capsys, tmp_pa
 
 def test_batch_width_rounds_to_8_but_never_past_seq_len(base_dir):
     vocab = load_vocab(base_dir / "vocab")
-    examples = glue_tasks.read_split(base_dir / "datasets", "sst2", "val")
+    examples = glue_data.read_split(base_dir / "datasets", "sst2", "val")
     examples.first[:3] = [" ".join(["wonderful"] * 40), "good", " ".join(["good"] * 7)]
-    part = Part("validation", examples, glue_tasks.encode_examples(vocab, examples.first, None, 21))
+    part = Part("validation", examples, pair_encoding.encode_examples(vocab, examples.first, None, 21))
     assert part.encoded.lengths[:3].tolist() == [21, 3, 9]  # cut to seq-len; [CLS] and [SEP] around one piece a word
     batch = part.batch(np.arange(4), vocab.pad_id, 21)  # 21: not a multiple of 8
     assert batch["input_ids"].shape[1] == 21
@@ -396,7 +399,7 @@ def test_mrpc_pairs_in_parquet_train_and_score_f1_accuracy_and_their_mean(glue_w
     assert all(label in ("not_equivalent", "equivalent") and 0.5 <= float(p) <= 1 for label, p, _ in rows)
     predicted = [("not_equivalent", "equivalent").index(label) for label, _, _ in rows]
     at_best = next(metrics for metrics in scores if metrics["step"] == best["step"])
-    assert glue_tasks.accuracy(labels, predicted) == pytest.approx(at_best["accuracy"], abs=5e-5)
+    assert glue_metrics.accuracy(labels, predicted) == pytest.approx(at_best["accuracy"], abs=5e-5)
     with pytest.raises(SystemExit) as exit_info:
         classify.main(["--cp", str(run_dir / "checkpoints" / "best.pt"), sentences[0]])
     assert exit_info.value.code == 2 and "a mrpc checkpoint labels sentence pairs" in capsys.readouterr().err
@@ -424,7 +427,7 @@ def test_stsb_regression_learns_a_simple_signal(glue_workdir, sentences, capsys)
     rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
     assert [text for _, text in rows] == [f"{a} ||| {b}" for a, b in zip(first, second)]
     predicted = [float(score) for score, _ in rows]
-    assert glue_tasks.pearson(labels, predicted) == pytest.approx(metrics["pearson"], abs=1e-3)
+    assert glue_metrics.pearson(labels, predicted) == pytest.approx(metrics["pearson"], abs=1e-3)
 
 
 def write_mnli_tsv(path: Path, pairs: tuple[list, list, list]):

@@ -1,4 +1,6 @@
-"""Tests for config.py and ini.py: the original project's INI files, our templates, overrides and errors."""
+"""src/config.py: each key's type, rule and default, the rules between keys, the paths and copies a
+Config gives, our templates and config.ini.example, and the original project's files (ini.py reads them:
+test_ini.py)."""
 import dataclasses
 from pathlib import Path
 
@@ -10,6 +12,7 @@ from config import INI_KEYS, Config, key_groups
 from ini import load_config
 from errors import UserError
 from legacy import IGNORED_KEYS
+from test_ini import load_error, write_config
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = sorted((ROOT / "etc" / "templates").glob("config_*.ini"))
@@ -81,20 +84,6 @@ dist-master-port = 12233
 max-checkpoints = 1
 wandb = false
 """
-
-
-def write_config(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "config.ini"
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def load_error(tmp_path: Path, text: str, overrides: list[str] = ()) -> str:
-    with pytest.raises(UserError) as error:
-        load_config(write_config(tmp_path, text), list(overrides))
-    message = str(error.value)
-    assert "\n" not in message
-    return message
 
 
 def test_original_mlm_block_parses_to_typed_values(tmp_path):
@@ -175,17 +164,6 @@ def test_example_lists_every_key_at_its_default():
     assert load_config(ROOT / "config.ini.example", []) == Config()
 
 
-def test_colon_and_equals_separators_split_at_the_first(tmp_path):
-    config = load_config(write_config(tmp_path, "device = cuda:0\ncompile: yes\nseq_len: 1_024\n"), [])
-    assert config.device == "cuda:0" and config.compile is True and config.seq_len == 1024
-
-
-def test_keys_ignore_case_and_underscores_and_sections_are_ignored(tmp_path):
-    text = "[train]\nLearning_Rate = 3e-4\n\n   # indented comment\n[model]\nN-LAYER = 2\n"
-    config = load_config(write_config(tmp_path, text), [])
-    assert config.learning_rate == 3e-4 and config.n_layer == 2
-
-
 def test_float_with_underscores(tmp_path):
     assert load_config(write_config(tmp_path, "learning-rate = 1_000.5"), []).learning_rate == 1000.5
 
@@ -193,18 +171,6 @@ def test_float_with_underscores(tmp_path):
 @pytest.mark.parametrize("text", ["on", "ON", "1", "Yes", "true"])
 def test_boolean_spellings(tmp_path, text):
     assert load_config(write_config(tmp_path, f"wandb = {text}"), []).wandb is True
-
-
-def test_unknown_key_names_file_line_and_suggests(tmp_path):
-    message = load_error(tmp_path, "seq-len = 64\n\n# comment\n\nlerning_rate = 1e-3\n")
-    assert message == (f"{tmp_path / 'config.ini'}:5: unknown key 'lerning-rate' "
-                       "(did you mean 'learning-rate'?)")
-
-
-def test_a_byte_order_mark_before_the_first_key_is_ignored(tmp_path):
-    path = tmp_path / "config.ini"
-    path.write_bytes(b"\xef\xbb\xbftask-type = mlm\nseq-len = 64\n")
-    assert load_config(path, []).seq_len == 64
 
 
 @pytest.mark.parametrize("line, expected", [
@@ -229,15 +195,6 @@ def test_bad_values_name_file_line_key_and_value(tmp_path, line, expected):
     assert message.startswith(f"{tmp_path / 'config.ini'}:2: {expected}")
 
 
-def test_line_without_separator(tmp_path):
-    assert load_error(tmp_path, "seq-len 64\n").endswith("config.ini:1: line is not 'key = value'")
-
-
-def test_duplicate_key_names_both_lines(tmp_path):
-    message = load_error(tmp_path, "seq-len = 64\nheads = 2\nseq_len = 32\n")
-    assert message.endswith("config.ini:3: key 'seq-len' given twice (first on line 1)")
-
-
 def test_cross_field_errors_name_the_file(tmp_path):
     path = tmp_path / "config.ini"
     assert load_error(tmp_path, "d-model = 100\nheads = 12\n") == \
@@ -253,51 +210,6 @@ def test_variant_keys(tmp_path):
         "norm = 'layernorm': expected one of postln, preln, rmsnorm")
     assert load_error(tmp_path, "d-model = 96\nheads = 32\nposition = rope\n").endswith(
         "position = rope needs an even head width, but d-model / heads = 96 / 32 is odd")
-
-
-def test_overrides_win_over_the_file(tmp_path):
-    path = write_config(tmp_path, "learning-rate = 1e-3\nseq-len = 128\ncompile = true\n")
-    config = load_config(path, ["--learning-rate", "3e-4", "--compile=false", "--seq_len", "64",
-                                "--wandb", "--seed", "7"])
-    assert config.learning_rate == 3e-4 and config.compile is False and config.seq_len == 64
-    assert config.wandb is True and config.seed == 7
-
-
-def test_override_can_fix_an_invalid_file_value(tmp_path):
-    # validation runs once on the final values, not on the file alone
-    path = write_config(tmp_path, "d-model = 100\n")
-    assert load_config(path, ["--d-model", "96"]).d_model == 96
-
-
-@pytest.mark.parametrize("overrides, expected", [
-    (["--lerning-rate", "1"], "--lerning-rate: unknown option (did you mean --learning-rate?)"),
-    (["--seq-len", "abc"], "--seq-len abc: expected an integer"),
-    (["--seq-len"], "--seq-len: missing value"),
-    (["--seq-len", "--compile"], "--seq-len: missing value"),
-    (["--dropout=1.5"], "--dropout 1.5: expected a number in [0, 1)"),
-    (["seq-len", "64"], "'seq-len': expected an option like --key value"),
-    (["--max-iters", "7", "--max_iters", "9"], "--max-iters: given twice on the command line"),
-])
-def test_override_errors(tmp_path, overrides, expected):
-    assert load_error(tmp_path, "", overrides) == expected
-
-
-def test_missing_default_config_says_how_to_make_one(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(UserError, match="config.ini not found in .*: copy config.ini.example "
-                                        "to config.ini or pass --config PATH"):
-        load_config(None, [])
-
-
-def test_default_config_is_read_from_the_current_directory(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    write_config(tmp_path, "n-layer = 3\n")
-    assert load_config(None, []).n_layer == 3
-
-
-def test_missing_explicit_config(tmp_path):
-    with pytest.raises(UserError, match=r"nope\.ini: config file not found$"):
-        load_config(tmp_path / "nope.ini", [])
 
 
 def test_dict_round_trip_survives_safe_torch_load(tmp_path):
@@ -341,26 +253,6 @@ def test_the_original_templates_load(name):
     assert config.base_dir == "wiki"
 
 
-def test_a_key_alone_on_a_line_is_true_and_only_for_flags(tmp_path):
-    config = load_config(write_config(tmp_path, "compile\nasync-to-device   # a comment\nfused-adamw: false\n"), [])
-    assert (config.compile, config.async_to_device, config.fused_adamw) == (True, True, False)
-    assert load_error(tmp_path, "seq-len\n").endswith("config.ini:1: key 'seq-len' has no value "
-                                                      "(only true/false keys may stand alone)")
-
-
-def test_local_config_overrides_config_and_both_are_named(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    Path("config.ini").write_text("seq-len = 128\nbatch-size = 100\nd-model = 768\n")
-    Path("local_config.ini").write_text("seq-len = 32\nbatch-size = 16\n")
-    config = load_config(None, ["--batch-size", "8"])
-    assert (config.seq_len, config.batch_size, config.d_model) == (32, 8, 768)
-    assert config.sources == ("config.ini", "local_config.ini")
-    Path("local_config.ini").write_text("seq-len = 32\nseq-len = 16\n")
-    with pytest.raises(UserError, match="local_config.ini:2: key 'seq-len' given twice"):
-        load_config(None, [])
-    assert load_config(Path("config.ini"), []).seq_len == 128  # --config names the one file to read
-
-
 def test_aliases_of_the_original_keys_and_values(tmp_path):
     config = load_config(write_config(tmp_path, "task-type = gpt\nn-layers = 3\n"), ["-t", "cola"])
     assert (config.task_type, config.n_layer) == ("cola", 3)
@@ -382,26 +274,8 @@ def test_bad_values_of_the_new_keys(tmp_path, line, expected):
     assert expected in load_error(tmp_path, f"{line}\n")
 
 
-def test_the_learning_rate_schedulers():
-    from optimizer import learning_rate
-    base = Config(learning_rate=1e-3, min_learning_rate=1e-5, warmup_iters=10, lr_decay_iters=100, max_iters=100)
-    constant = dataclasses.replace(base, lr_scheduler="none")
-    assert learning_rate(4, 0, constant) == pytest.approx(1e-3 * 5 / 11)  # warmup as before
-    assert learning_rate(10, 0, constant) == learning_rate(99, 0, constant) == 1e-3
-    stepped = dataclasses.replace(base, lr_scheduler="steplr:20:0.5")
-    assert [learning_rate(step, 0, stepped) for step in (10, 29, 30, 50)] == pytest.approx([1e-3, 1e-3, 5e-4, 2.5e-4])
-    ramped = dataclasses.replace(base, resume_warmup_iters=4)
-    assert learning_rate(60, 0, ramped, resumed_at=60) == pytest.approx(learning_rate(60, 0, base) / 5)
-    assert learning_rate(64, 0, ramped, resumed_at=60) == learning_rate(64, 0, base)
-
-
 def test_datasets_dir_lies_under_base_dir_unless_absolute(tmp_path):
     relative = load_config(write_config(tmp_path, "base-dir = wiki\ndatasets-dir = datasets\n"), [])
     assert relative.datasets_path == Path("wiki/datasets")
     absolute = load_config(write_config(tmp_path, f"base-dir = wiki\ndatasets-dir = {tmp_path / 'data'}\n"), [])
     assert absolute.datasets_path == tmp_path / "data"
-
-
-def test_the_original_projects_ignored_keys_load_and_set_nothing(tmp_path):
-    config = load_config(write_config(tmp_path, "case = dickens\nflash\n"), ["--flash", "false"])
-    assert config == Config() and not config.given

@@ -14,7 +14,7 @@ from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoModel
 import checkpoint as checkpoints
 from conftest import make_mlm_workdir, prepare_mlm_base_dir
 import export_hf
-import glue_tasks
+import pair_encoding
 import hf_export
 import import_hf
 import main
@@ -263,7 +263,7 @@ def test_a_regression_exports_as_one_score_and_pairs_keep_their_segments(trained
     directory = exported(path, tmp_path / "hf")
     inputs = padded_inputs(directory, PAIRS)
     vocab = checkpoints.load(path)["vocab"]
-    encoded = glue_tasks.encode_examples(Vocab(tuple(vocab)), [a for a, _ in PAIRS], [b for _, b in PAIRS], 64)
+    encoded = pair_encoding.encode_examples(Vocab(tuple(vocab)), [a for a, _ in PAIRS], [b for _, b in PAIRS], 64)
     for row, length in enumerate(inputs["attention_mask"].sum(1).tolist()):  # as fine-tuning encodes them
         rows = slice(encoded.offsets[row], encoded.offsets[row + 1])
         assert inputs["input_ids"][row, :length].tolist() == encoded.tokens[rows].tolist()

@@ -18,7 +18,8 @@ from ini import load_config
 from mlm_task import MaskedLMTask
 from model import INIT_STD, BertForMaskedLM, ModelConfig, sinusoidal_positions
 from shards import read_shard
-from test_trainer import load, write_legacy_shard
+from test_mlm_task import write_legacy_shard
+from test_trainer import load
 from vocab import load_vocab
 from conftest import TEST_DEVICE
 

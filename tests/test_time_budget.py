@@ -1,4 +1,4 @@
-"""time-budget: the key, the schedule as a pure function of the share spent, stopping with a
+"""time-budget: the key (its schedule: test_optimizer.py), stopping with a
 checkpoint when the budget is spent (a fake clock: one second per training step, validation
 free), resume continuing the count, and two DDP ranks stopping together on rank 0's clock."""
 import pytest
@@ -11,7 +11,7 @@ from config import Config
 from ini import load_config
 from errors import UserError
 from mlm_task import MaskedLMTask
-from optimizer import budget_lr, learning_rate
+from optimizer import learning_rate
 from test_distributed import run_main
 from trainer import Trainer
 
@@ -33,20 +33,6 @@ def test_bad_budgets_get_one_line(tmp_path, overrides, message):
     with pytest.raises(UserError) as error:
         load_config(tmp_path / "config.ini", overrides)
     assert message in str(error.value)
-
-
-def test_budget_schedule_follows_the_share_spent_and_reaches_the_floor_at_the_end():
-    config = Config(time_budget="10m", learning_rate=1e-3, min_learning_rate=1e-4, warmup_iters=9)
-    assert budget_lr(0, 0.0, config) == pytest.approx(1e-4)  # the first tenth of the ramp
-    assert budget_lr(9, 0.0, config) == pytest.approx(1e-3)  # warmed up, nothing spent: the peak
-    assert budget_lr(500, 0.5, config) == pytest.approx((1e-3 + 1e-4) / 2)  # halfway: the cosine's middle
-    assert budget_lr(10**6, 1.0, config) == pytest.approx(1e-4)
-    assert budget_lr(10**6, 1.7, config) == pytest.approx(1e-4)  # past the end: stays at the floor
-    after_warmup = [budget_lr(100, spent / 20, config) for spent in range(21)]
-    assert after_warmup == sorted(after_warmup, reverse=True)
-    # The step does not matter past warmup; without a budget the step does.
-    assert learning_rate(50, 0.3, config) == learning_rate(5000, 0.3, config)
-    assert learning_rate(50, 0.3, Config()) != learning_rate(5000, 0.3, Config())
 
 
 @pytest.fixture

@@ -1,30 +1,21 @@
-"""The training loop on real IMDB shards: schedule, learning, exact resume, checkpoints, stop
+"""The training loop on real IMDB shards: learning, exact resume, checkpoints, stop
 requests (file and SIGTERM), NaN guard, test scores, run directories and TensorBoard scalars."""
-import gzip
 import json
 import math
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import msgpack
 import numpy as np
 import pytest
 import torch
 
 import main
-import hardware
-from config import Config
 from mlm_task import MaskedLMTask
-from shards import read_shard
-from model import BertForSequenceClassification, ModelConfig
-from optimizer import cosine_lr, make_optimizer
 from vocab import load_vocab
-from conftest import TEST_DEVICE
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT_KEYS = {"model", "optimizer", "config", "step", "data_position", "rng_per_rank", "best"}
@@ -43,81 +34,6 @@ def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 def load(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)
-
-
-@pytest.fixture
-def skip_flops_measurement(monkeypatch):
-    """The MFU denominator takes seconds of 1024x1024 matmuls per run; a constant will do here."""
-    monkeypatch.setattr(hardware, "measure_matmul_flops", lambda device, dtype: 1e12)
-
-
-@pytest.fixture
-def training_losses(monkeypatch) -> list[float]:
-    """The loss of every training micro-step of in-process runs, in order, as Python floats."""
-    losses = []
-    original = MaskedLMTask.loss
-
-    def recording_loss(self, model, batch, generator=None):
-        result = original(self, model, batch, generator)
-        if torch.is_grad_enabled():  # training, not evaluation
-            losses.append(result[0].item())
-        return result
-
-    monkeypatch.setattr(MaskedLMTask, "loss", recording_loss)
-    return losses
-
-
-# ----------------------------------------------------------------------------- schedule
-
-def test_cosine_lr_warms_up_linearly_then_decays_to_the_minimum():
-    config = Config(learning_rate=1e-3, min_learning_rate=1e-4, warmup_iters=10, lr_decay_iters=100)
-    rates = [cosine_lr(step, config) for step in range(120)]
-
-    warmup = np.array(rates[:11])
-    assert 0 < warmup[0] < warmup[-1]
-    assert np.allclose(np.diff(warmup), warmup[0])  # equal increments, starting from zero
-    assert rates[10] == pytest.approx(1e-3)  # the peak, at the end of warmup
-    assert max(rates) == pytest.approx(1e-3)
-    assert rates[55] == pytest.approx((1e-3 + 1e-4) / 2)  # halfway through the cosine
-    assert all(later < earlier for earlier, later in zip(rates[10:100], rates[11:101]))
-    assert rates[100:] == [pytest.approx(1e-4)] * 20
-
-
-def test_cosine_lr_without_warmup_starts_at_the_peak():
-    config = Config(learning_rate=1e-3, min_learning_rate=0.0, warmup_iters=0, lr_decay_iters=50)
-    assert cosine_lr(0, config) == pytest.approx(1e-3)
-    assert cosine_lr(50, config) == 0.0
-
-
-def optimizer_settings(model, config: Config) -> dict[str, dict]:
-    """Parameter name -> {lr_scale, weight_decay} of the group make_optimizer puts it in."""
-    groups = {id(param): group for group in make_optimizer(model, config, print).param_groups
-              for param in group["params"]}
-    return {name: {key: groups[id(param)][key] for key in ("lr_scale", "weight_decay")}
-            for name, param in model.named_parameters()}
-
-
-def three_layer_classifier() -> BertForSequenceClassification:
-    return BertForSequenceClassification(ModelConfig(vocab_size=40, max_len=16, d_model=16, heads=2, n_layer=3,
-                                                     d_ff=32))
-
-
-def test_layer_lr_decay_gives_each_layer_a_share_of_the_rate_of_the_one_above():
-    settings = optimizer_settings(three_layer_classifier(), Config(layer_lr_decay=0.5, weight_decay=0.01))
-    assert settings["encoder.embeddings.token.weight"] == {"lr_scale": 0.125, "weight_decay": 0.01}
-    assert settings["encoder.embeddings.norm.bias"] == {"lr_scale": 0.125, "weight_decay": 0.0}
-    assert settings["encoder.layers.0.attention.qkv.weight"]["lr_scale"] == 0.25
-    assert settings["encoder.layers.1.feed_forward.up.bias"] == {"lr_scale": 0.5, "weight_decay": 0.0}
-    assert settings["encoder.layers.2.feed_forward.down.weight"]["lr_scale"] == 1.0
-    assert settings["pooler.weight"]["lr_scale"] == settings["classifier.bias"]["lr_scale"] == 1.0
-
-
-def test_without_layer_lr_decay_every_parameter_has_the_rate():
-    model = three_layer_classifier()
-    settings = optimizer_settings(model, Config())
-    assert {setting["lr_scale"] for setting in settings.values()} == {1.0}
-    assert {name for name, setting in settings.items() if setting["weight_decay"] == 0} == {
-        name for name, param in model.named_parameters() if param.dim() < 2}
 
 
 # ----------------------------------------------------------------------------- learning
@@ -529,123 +445,3 @@ def test_test_flag_prints_and_saves_test_metrics(mlm_trained_run, monkeypatch, c
     assert 20 / vocab_size < metrics["test_accuracy"] < 1
     saved = Path(f"runs/run0/test_metrics_step{step}.json")
     assert json.loads(saved.read_text(encoding="utf-8")) == metrics
-
-
-# ----------------------------------------------------------------------------- other shard formats
-
-# A short, fast schedule: twelve steps at a high learning rate reach well below ln(vocab size).
-QUICK = ["--max-iters", "12", "--lr-decay-iters", "12", "--val-interval", "4", "--warmup-iters", "2",
-         "--learning-rate", "1e-2", "--min-learning-rate", "1e-3"]
-
-
-def check_learned(base: Path, below_chance: float = 0.8) -> None:
-    vocab_size = load_vocab(base / "vocab").size
-    losses = [value for _, value in scalars(base / "runs" / "run0")["val/loss"]]
-    assert len(losses) == 3
-    assert losses[-1] < losses[0] and losses[-1] < math.log(vocab_size) - below_chance, losses
-
-
-def test_static_masked_shards_train(mlm_static_base_dir, mlm_config, monkeypatch, keep_signal_handlers,
-                                    skip_flops_measurement, training_losses):
-    shard = read_shard(next((mlm_static_base_dir / "datasets").glob("train_*")))
-    assert shard.masking == "static"
-    mlm_config(mlm_static_base_dir, masking="static")
-    monkeypatch.chdir(mlm_static_base_dir)
-    main.main(QUICK)
-    check_learned(mlm_static_base_dir)
-    assert len(training_losses) == 12 and all(math.isfinite(loss) for loss in training_losses)
-
-
-def write_legacy_shard(path: Path, samples: list[np.ndarray], mask_id: int, rng) -> None:
-    """The original project's format: one msgpack list alternating id lists and label lists."""
-    items = []
-    for sample in samples:
-        ids = sample.astype(np.int64).tolist()
-        labels = [0] * len(ids)
-        for position in rng.choice(np.arange(1, len(ids) - 1), max(1, (len(ids) - 2) * 15 // 100), replace=False):
-            labels[position], ids[position] = ids[position], mask_id
-        items += [ids, labels]
-    path.write_bytes(gzip.compress(msgpack.packb(items)))
-
-
-def test_legacy_shards_train(mlm_workdir, skip_flops_measurement):
-    rng = np.random.default_rng(0)
-    datasets = mlm_workdir / "datasets"
-    mask_id = load_vocab(mlm_workdir / "vocab").mask_id
-    for split, count in (("train", 2000), ("val", 300), ("test", 300)):
-        shard = read_shard(datasets / f"{split}_imdb_64_123.msgpack.gz")
-        write_legacy_shard(datasets / f"{split}_old_1.msgpack.gz", [shard.sample(i) for i in range(count)],
-                           mask_id, rng)
-    main.main([*QUICK, "--masking", "static", "--dataset-pattern", "train_old_*.msgpack",
-               "--val-dataset-pattern", "val_old_*.msgpack", "--test-dataset-pattern", "test_old_*.msgpack"])
-    check_learned(mlm_workdir)
-
-
-# ----------------------------------------------------------------------------- masking keys
-
-# Whole words are harder to guess from word-piece counts alone: the loss falls less in twelve steps.
-@pytest.mark.parametrize("options, below_chance", [(["--whole-word-masking"], 0.5), (["--mask-rate", "0.3"], 0.8)],
-                         ids=["whole_words", "rate_0.3"])
-def test_dynamic_masking_options_train(mlm_workdir, skip_flops_measurement, options, below_chance):
-    main.main([*QUICK, *options])
-    check_learned(mlm_workdir, below_chance)
-
-
-def test_mask_rate_0_3_fills_its_slots(mlm_workdir):
-    config = main.load_config(None, ["--mask-rate", "0.3"])
-    task = MaskedLMTask(config, load_vocab(mlm_workdir / "vocab"), torch.device(TEST_DEVICE))
-    ids = torch.from_numpy(next(task.data.fixed_batches("val", 1))["input_ids"].astype(np.int64))
-    labels = task.masker.mask(ids, torch.Generator().manual_seed(0))["labels"]
-    assert labels.shape == (config.batch_size, math.ceil(0.3 * config.seq_len))
-    maskable = ~torch.isin(ids, task.masker.special_ids)
-    assert (labels != -100).sum() / maskable.sum() == pytest.approx(0.3, abs=0.02)
-
-
-def test_static_whole_word_shards_train(mlm_static_whole_word_base_dir, mlm_config, monkeypatch,
-                                        keep_signal_handlers, skip_flops_measurement):
-    mlm_config(mlm_static_whole_word_base_dir, masking="static", whole_word_masking="true", mask_rate=0.3)
-    monkeypatch.chdir(mlm_static_whole_word_base_dir)
-    main.main(QUICK)
-    check_learned(mlm_static_whole_word_base_dir)
-
-
-def test_dynamic_masking_of_static_shards_starts_from_the_original_ids(mlm_static_base_dir, mlm_config, tmp_path):
-    config = main.load_config(mlm_config(tmp_path, base_dir=mlm_static_base_dir), [])
-    task = MaskedLMTask(config, load_vocab(mlm_static_base_dir / "vocab"), torch.device(TEST_DEVICE))
-    path = mlm_static_base_dir / "datasets" / "train_imdb_64_123.msgpack.gz"
-    shard, rows = task.data.split("train").load((0, 0, 0, None))  # epoch 0's first shard, all this process reads
-    assert shard.masking == "none" and np.array_equal(shard.tokens, read_shard(path, rows=rows).unmasked_tokens())
-    assert "positions" not in next(task.train_batches(None))[1]  # masked by the trainer, afresh
-
-
-def test_masking_key_must_match_the_shards(mlm_workdir, mlm_static_whole_word_base_dir, monkeypatch, capsys,
-                                           skip_flops_measurement, tmp_path):
-    static_dir = tmp_path / "static"
-    for name in ("vocab", "datasets"):
-        shutil.copytree(mlm_static_whole_word_base_dir / name, static_dir / name)
-    # The validation split is checked first, before the run directory is made.
-    cases = [(mlm_workdir, ["--masking", "static"],
-              f"{Path('datasets') / 'val_imdb_64_123.msgpack.gz'}: the shard holds no masks but the config has "
-              "masking = static"),
-             (static_dir, ["--masking", "static", "--mask-rate", "0.3"],
-              "val_imdb_64_123.msgpack.gz: masked with whole-word-masking = true but the config has "
-              "whole-word-masking = false and masking = static"),
-             (static_dir, ["--masking", "static", "--whole-word-masking"],
-              "val_imdb_64_123.msgpack.gz: masked with mask-rate = 0.3 but the config has mask-rate = 0.15")]
-    for directory, options, message in cases:
-        monkeypatch.chdir(directory)
-        capsys.readouterr()
-        with pytest.raises(SystemExit) as exit_info:
-            main.main([*QUICK, "--config", str(mlm_workdir / "config.ini"), *options])
-        assert exit_info.value.code == 2
-        lines = capsys.readouterr().err.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
-        assert not (directory / "runs").exists()
-
-
-# ----------------------------------------------------------------------------- signal handlers
-
-def test_fit_gives_back_the_previous_signal_handlers(mlm_workdir, skip_flops_measurement):
-    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    run_to(1)
-    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before

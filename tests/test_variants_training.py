@@ -1,14 +1,12 @@
-"""Variants end to end through main.py: pre-norm + rotary + GEGLU and causal LM train, resume,
-fine-tune, and refuse what does not fit."""
-import subprocess
-import sys
+"""Variants end to end through main.py: pre-norm + rotary + GEGLU trains and says so in its
+checkpoint, what does not fit is refused, older checkpoints load (the causal LM: test_clm_task.py)."""
 
 import pytest
 import torch
 
 import main
 import hardware
-from test_trainer import ROOT, load, scalars
+from test_trainer import load, scalars
 
 
 @pytest.fixture(autouse=True)
@@ -39,44 +37,6 @@ def test_a_checkpoint_of_another_variant_is_refused(mlm_workdir, capsys):
         main.main(["--cp", "runs/run0/checkpoints/checkpoint.pt", "--max-iters", "4", "--norm", "postln"])
     assert exit_info.value.code == 2
     assert "norm = preln in the checkpoint but postln from the config" in capsys.readouterr().err
-
-
-def test_causal_lm_learns_next_tokens_and_resumes(mlm_workdir):
-    run_dir = main.run(main.load_config(None, ["--task-type", "clm", "--max-iters", "60",
-                                               "--lr-decay-iters", "60", "--val-interval", "10"]), None, False)
-    losses = val_losses(run_dir)
-    accuracy = [value for _, value in scalars(run_dir)["val/accuracy"]]
-    assert losses[-1] < losses[0] - 0.5 and accuracy[-1] > accuracy[0]
-    checkpoint = load(run_dir / "checkpoints" / "checkpoint.pt")
-    assert checkpoint["task"] == "clm" and checkpoint["model_config"]["causal"] is True
-    # Nothing is masked, so another mask-rate cannot change what the run measures: it resumes.
-    main.run(main.load_config(None, ["--task-type", "clm", "--max-iters", "70", "--lr-decay-iters", "60",
-                                     "--mask-rate", "0.3"]), run_dir / "checkpoints" / "checkpoint.pt", False)
-    assert load(run_dir / "checkpoints" / "checkpoint.pt")["step"] == 70
-    assert "resuming" in (run_dir / "logs" / "log.txt").read_text()
-
-
-def test_masked_lm_can_start_from_a_causal_checkpoint(mlm_workdir):
-    """The comparison of objectives fine-tunes both; the encoder weights carry over, attention
-    becomes bidirectional."""
-    clm = main.run(main.load_config(None, ["--task-type", "clm", "--max-iters", "2"]), None, False)
-    mlm = main.run(main.load_config(None, ["--max-iters", "2"]), clm / "checkpoints" / "checkpoint.pt", False)
-    assert load(mlm / "checkpoints" / "checkpoint.pt")["model_config"]["causal"] is False
-    assert "loaded the encoder of" in (mlm / "logs" / "log.txt").read_text()
-
-
-def test_causal_lm_reads_the_original_ids_of_static_shards(mlm_static_base_dir, mlm_config, tmp_path, monkeypatch,
-                                                           keep_signal_handlers):
-    mlm_config(tmp_path, task_type="clm", base_dir=mlm_static_base_dir)
-    monkeypatch.chdir(tmp_path)
-    config = main.load_config(None, ["--base-dir", str(mlm_static_base_dir)])
-    task = main.make_task(config)
-    batch = next(task.eval_batches("val", 1))
-    assert "positions" not in batch and not (batch["input_ids"] == task.vocab.mask_id).any()
-    result = subprocess.run([sys.executable, str(ROOT / "src" / "main.py"), "--masking", "static"], cwd=tmp_path,
-                            capture_output=True, text=True)
-    assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and "masking = static goes with task-type = mlm, not clm" in result.stderr
 
 
 def test_sentence_objective_needs_masked_lm(mlm_workdir, capsys):

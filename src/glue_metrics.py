@@ -1,0 +1,115 @@
+"""GLUE's metrics (accuracy, F1, Matthews, Pearson, Spearman), each task's score, and the two averages
+the field reports: the leaderboard's and the BERT paper's (Cramming's)."""
+import math
+
+import numpy as np
+
+from glue_tasks import TASKS, GlueTask
+
+
+def accuracy(labels: np.ndarray, predictions: np.ndarray) -> float:
+    return float(np.mean(np.asarray(labels) == np.asarray(predictions)))
+
+
+def f1_score(labels: np.ndarray, predictions: np.ndarray) -> float:
+    """F1 of class 1 (MRPC's equivalent, QQP's duplicate), as GLUE scores it; 0 with no true positive."""
+    labels, predictions = np.asarray(labels) == 1, np.asarray(predictions) == 1
+    true_positives = int(np.sum(labels & predictions))
+    wrong = int(np.sum(labels != predictions))
+    return 2 * true_positives / (2 * true_positives + wrong) if true_positives else 0.0
+
+
+def matthews_correlation(labels: np.ndarray, predictions: np.ndarray) -> float:
+    """Matthews correlation (CoLA), for any number of classes (Gorodkin's R_K, as scikit-learn's
+    matthews_corrcoef); 0 where undefined, e.g. a model that always predicts one class."""
+    labels, predictions = np.asarray(labels, np.int64), np.asarray(predictions, np.int64)
+    classes = int(max(labels.max(), predictions.max())) + 1
+    return matthews_from_confusion(
+        np.bincount(labels * classes + predictions, minlength=classes * classes).reshape(classes, classes))
+
+
+def matthews_from_confusion(confusion: np.ndarray) -> float:
+    """Matthews correlation from counts[true, predicted]; 0 where undefined."""
+    total, correct = float(confusion.sum()), float(np.trace(confusion))
+    true_counts, predicted_counts = confusion.sum(1).astype(float), confusion.sum(0).astype(float)
+    numerator = correct * total - true_counts @ predicted_counts
+    denominator = math.sqrt(total ** 2 - predicted_counts @ predicted_counts) * math.sqrt(
+        total ** 2 - true_counts @ true_counts)
+    return numerator / denominator if denominator else 0.0
+
+
+def pearson(labels: np.ndarray, predictions: np.ndarray) -> float:
+    """Pearson correlation (STS-B); 0 where undefined (a constant prediction), where scipy says NaN."""
+    x = np.asarray(labels, np.float64) - np.mean(labels)
+    y = np.asarray(predictions, np.float64) - np.mean(predictions)
+    denominator = math.sqrt(float(x @ x) * float(y @ y))
+    return float(x @ y) / denominator if denominator else 0.0
+
+
+def spearman(labels: np.ndarray, predictions: np.ndarray) -> float:
+    """Spearman correlation (STS-B): Pearson's on the ranks, ties at their average rank."""
+    return pearson(average_ranks(labels), average_ranks(predictions))
+
+
+def average_ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks from 1, tied values sharing the mean of their ranks (scipy's rankdata, 'average')."""
+    values = np.asarray(values, np.float64)
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    sizes = np.diff(np.r_[starts, len(values)])
+    ranks = np.empty(len(values))
+    ranks[order] = np.repeat(starts + (sizes + 1) / 2, sizes)
+    return ranks
+
+
+METRICS = {"matthews": matthews_correlation, "accuracy": accuracy, "f1": f1_score, "pearson": pearson,
+           "spearman": spearman}
+
+
+def task_metrics(task: GlueTask, labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+    """The task's GLUE metrics of one dev split (fractions, not percent): class ids for a
+    classification task, scores for STS-B."""
+    return {name: METRICS[name](labels, predictions) for name in task.metrics}
+
+
+def task_score(task: GlueTask, metrics: dict[str, float]) -> float:
+    """The one number GLUE gives a task: its metric, or the mean of its two (MRPC and QQP: F1 and
+    accuracy; STS-B: Pearson and Spearman). best.pt is picked by it."""
+    return float(np.mean([metrics[name] for name in task.metrics]))
+
+
+# ----------------------------------------------------------------------------- averages
+
+def result_task(result: str) -> GlueTask:
+    """The task a result belongs to: `mnli_matched` is MNLI's."""
+    return next(task for task in TASKS.values() if result in task.dev_results.values())
+
+
+def leaderboard_average(results: dict[str, dict[str, float]]) -> float | None:
+    """The GLUE leaderboard's score: the mean of nine task scores (CoLA, SST-2, MRPC, STS-B, QQP,
+    MNLI, QNLI, RTE, WNLI), each the mean of the task's metrics, MNLI's the mean of its matched and
+    mismatched accuracy; AX does not count. Checked against the BERT paper's test results: BERT-large
+    (60.5, 94.9, 89.3/85.4, 87.6/86.5, 72.1/89.3, 86.7/85.9, 92.7, 70.1, 65.1) gives 80.5, its
+    leaderboard score; counting MNLI-m and MNLI-mm as two tasks would give 81.1.
+
+    `results` maps result names (`cola`, `mnli_matched`, `mnli_mismatched`, ...) to task_metrics;
+    None while a task is missing."""
+    names = [result for task in TASKS.values() if task.name != "ax" for result in task.dev_results.values()]
+    if any(name not in results for name in names):
+        return None
+    scores = {name: task_score(result_task(name), results[name]) for name in names}
+    scores["mnli"] = (scores.pop("mnli_matched") + scores.pop("mnli_mismatched")) / 2
+    return float(np.mean(list(scores.values())))
+
+
+def cramming_average(results: dict[str, dict[str, float]]) -> float | None:
+    """The average Cramming reports, the BERT paper's (Table 1): WNLI left out, MNLI matched and
+    mismatched counted as two, and one metric per task: F1 for MRPC and QQP, Spearman for STS-B,
+    Matthews for CoLA, accuracy elsewhere. Checked: the BERT paper's BERT-large numbers above
+    give its 82.1. None while a task is missing."""
+    names = [result for task in TASKS.values() if task.name not in ("ax", "wnli")
+             for result in task.dev_results.values()]
+    if any(name not in results for name in names):
+        return None
+    return float(np.mean([results[name][result_task(name).headline_metric] for name in names]))

@@ -1,0 +1,220 @@
+"""Starting a training run: from fresh weights, from a checkpoint's weights in a new run, or the run
+a checkpoint comes from, resumed exactly; and the Run the trainer carries from step to step."""
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+import checkpoint as checkpoints
+from atomic import atomic_write, remove_stale_temps
+from config import INI_KEYS, Config, ini_text
+from errors import UserError
+from model import count_parameters
+from optimizer import make_optimizer
+from run_log import RunLog, create_run_dir
+from task import Task
+from throughput import Throughput
+
+
+@dataclass
+class Run:
+    """What a training run carries from step to step."""
+    model: nn.Module
+    compiled: nn.Module  # what trains: the model under torch.compile and DDP, where used
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    mask_generator: torch.Generator
+    run_dir: Path | None  # None off rank 0
+    log: RunLog
+    finite: torch.Tensor  # on the device: False once any loss was nan or inf
+    step: int = 0
+    tokens: int = 0  # input positions trained on, all ranks, padding included (from shapes: no sync)
+    position: dict | None = None  # of the data stream, for exact resume
+    best: float | None = None
+    elapsed: float = 0.0  # seconds of training, validation left out: what a time budget counts
+    lr: float = 0.0  # of the last step
+    start: str | None = None  # the checkpoint whose weights a new run started from
+    lineage: list = field(default_factory=list)  # the training behind those weights (checkpoint.stage)
+    resumed_at: int | None = None  # the step a resumed run went on from
+    meter: Throughput | None = None  # the training figures since the last log line
+    log_sums: dict | None = None  # the meter's sums when the checkpoint a run resumes from was saved
+
+    @property
+    def checkpoints(self) -> Path | None:
+        return self.run_dir / "checkpoints" if self.run_dir else None
+
+
+def resumes(checkpoint: dict, task: Task, config: Config) -> bool:
+    """The rule for --cp: a checkpoint of the same task and heads, with optimizer state, resumes
+    its run; any other (pre-training to fine-tune, an imported model) starts a new run from its weights."""
+    same_heads = bool(checkpoint["model_config"].get("sentence_classes", 0)) == (config.sentence_objective != "none")
+    return checkpoint["task"] == task.name and checkpoint["optimizer"] is not None and same_heads
+
+
+def check_same_measure(path: Path, saved_settings: dict, task: Task, config: Config):
+    """A resumed run keeps the settings that decide what its scores mean, or its curves and
+    best.pt would mix two experiments."""
+    for name in task.measuring_keys:
+        if name in saved_settings:
+            check_kept(path, name, saved_settings[name], getattr(config, name),
+                       "to start a new run from these weights, add --switch-training")
+
+
+def check_same_optimizer_groups(path: Path, saved_settings: dict, config: Config):
+    """Adam's moments are saved per parameter group, and layer-lr-decay decides the groups."""
+    check_kept(path, "layer_lr_decay", saved_settings.get("layer_lr_decay", 1.0), config.layer_lr_decay,
+               "or add --dont-load-optimizer to resume with fresh optimizer moments")
+
+
+def check_kept(path: Path, name: str, saved, current, remedy: str):
+    """One line, exit 2, when a resumed run's config changes a setting the run must keep."""
+    if saved != current:
+        raise UserError(f"{path}: the run has {INI_KEYS[name]} = {ini_text(saved)}, the config "
+                        f"{ini_text(current)}; a resumed run keeps it ({remedy})")
+
+
+class RunStarter:
+    """Opens the run one process trains (rank of world_size): its model, optimizer, directory and log."""
+
+    def __init__(self, config: Config, task: Task, dtype: torch.dtype, rank: int = 0, world_size: int = 1):
+        self.config = config
+        self.task = task
+        self.dtype = dtype
+        self.rank = rank
+        self.world_size = world_size
+        self.device = task.device
+
+    def start(self, checkpoint_path: Path | None, switch_training: bool, load_optimizer: bool) -> Run:
+        """A new run, from fresh weights or a checkpoint's; or, where --cp's rule says so and
+        switch_training does not overrule it, the checkpoint's run resumed."""
+        start = checkpoints.load(checkpoint_path) if checkpoint_path else None
+        if start is not None and not switch_training and resumes(start, self.task, self.config):
+            return self.resume_run(start, checkpoint_path, load_optimizer)
+        return self.new_run(start, checkpoint_path)
+
+    def new_run(self, start: dict | None, start_path: Path | None) -> Run:
+        """A run in a new directory, from fresh weights or from those of `start`. The directory
+        is removed again if the run cannot start."""
+        model = self.build_model(start)
+        if start is not None:
+            checkpoints.check_compatible(start_path, start, self.task.vocab, model.config)
+        self.task.check_data(("val",))  # train: read at step 1, before anything is lost
+        run_dir = self.new_run_dir()
+        log = None
+        try:
+            log = RunLog(run_dir if self.rank == 0 else None, self.config)
+            if start is not None:
+                checkpoints.load_pretrained(model, start, start_path, log)
+            run = self.open_run(model, run_dir, log)
+            run.start = str(start_path.resolve()) if start is not None else None
+            run.lineage = checkpoints.lineage(start) if start is not None else []
+            self.announce(run)
+        except BaseException:
+            self.discard_run_dir(run_dir, log)
+            raise
+        return run
+
+    def resume_run(self, saved: dict, path: Path, load_optimizer: bool = True) -> Run:
+        """The run `saved` comes from, continued exactly: weights, optimizer, data position, random
+        states. It goes on in its run directory (a copied checkpoint: in a new one)."""
+        settings = checkpoints.saved_settings(saved)
+        check_same_measure(path, settings, self.task, self.config)
+        if load_optimizer:
+            check_same_optimizer_groups(path, settings, self.config)
+        model = self.restored_model(saved, path)
+        self.task.check_data(("val",))
+        run_dir = checkpoints.run_dir_of(path) or self.new_run_dir()
+        if self.rank == 0:
+            remove_stale_temps(run_dir / "checkpoints")
+        log = RunLog(run_dir if self.rank == 0 else None, self.config)
+        run = self.open_run(model, run_dir, log)
+        if load_optimizer:
+            run.optimizer.load_state_dict(saved["optimizer"])
+        else:
+            log("the optimizer starts afresh (--dont-load-optimizer): Adam's moments are zero")
+        states = saved.get("rng_per_rank", [])  # one per rank that saved it
+        sums = saved.get("log_sums_per_rank", [])
+        run.log_sums = sums[self.rank] if self.rank < len(sums) else None
+        if self.rank < len(states):
+            checkpoints.restore_random_states(states[self.rank], run.mask_generator)
+        if len(states) < self.world_size:  # said by rank 0, the one that logs
+            log(f"note: the checkpoint holds random states for {len(states)} process(es); "
+                f"ranks {len(states)} and up start from fresh seeds")
+        run.step, run.best, run.position = saved["step"], saved.get("best"), saved.get("data_position")
+        run.tokens, run.elapsed, run.start = saved.get("tokens", 0), saved.get("elapsed", 0.0), saved.get("start")
+        run.lineage = saved.get("lineage", [])
+        run.resumed_at = run.step
+        log(f"resuming {path} at step {run.step}")
+        self.announce(run)
+        return run
+
+    def remove_failed_start(self, run: Run):
+        """A new run that failed before its first step leaves no directory behind."""
+        if run.resumed_at is None:
+            self.discard_run_dir(run.run_dir, run.log)
+
+    def discard_run_dir(self, run_dir: Path, log: RunLog | None):
+        """Close the run's log (and its lock), then remove its directory; rank 0 owns it."""
+        if log is not None:
+            log.close()
+        if self.rank == 0:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+    def build_model(self, checkpoint: dict | None) -> nn.Module:
+        """The task's model with fresh weights, seeded per rank; a checkpoint's position table size."""
+        torch.manual_seed(self.config.seed + self.rank)
+        max_len = checkpoint["model_config"]["max_len"] if checkpoint else None
+        return self.task.build_model(max_len).to(self.device)
+
+    def restored_model(self, saved: dict, path: Path) -> nn.Module:
+        """The task's model with every weight of a checkpoint of this task."""
+        model = self.build_model(saved)
+        checkpoints.check_compatible(path, saved, self.task.vocab, model.config)
+        checkpoints.load_weights(model, saved["model"], path)
+        return model
+
+    def new_run_dir(self) -> Path:
+        """runs/runN (or runs/RUN-ID), made by rank 0 and known to every rank."""
+        runs_dir = Path(self.config.runs_dir).absolute()
+        run_dir = [create_run_dir(runs_dir, self.config.run_id) if self.rank == 0 else None]
+        if torch.distributed.is_initialized():
+            torch.distributed.broadcast_object_list(run_dir, src=0)
+        return run_dir[0]
+
+    def open_run(self, model: nn.Module, run_dir: Path, log: RunLog) -> Run:
+        """The run around a model: compiled and wrapped for DDP where asked, its optimizer."""
+        config, device = self.config, self.device
+        mask_generator = torch.Generator(device=device).manual_seed(config.seed + 1000 + self.rank)
+        compiled = torch.compile(model) if config.compile else model
+        if torch.distributed.is_initialized():  # compile, then DDP, as nanoGPT does
+            compiled = DistributedDataParallel(compiled, device_ids=[device.index] if device.type == "cuda" else None)
+        run = Run(model=model, compiled=compiled, optimizer=make_optimizer(model, config, log),
+                  scaler=torch.amp.GradScaler(device.type, enabled=self.dtype == torch.float16),
+                  mask_generator=mask_generator, run_dir=run_dir, log=log,
+                  finite=torch.ones((), dtype=torch.bool, device=device))
+        return run
+
+    def announce(self, run: Run):
+        """The log's header (directory, settings, model size), and the run's config.ini."""
+        config = self.config
+        run.log(f"run directory: {run.run_dir}")
+        if config.sources:
+            run.log(f"config read from {', then '.join(config.sources)} (the later overrides)"
+                    if len(config.sources) > 1 else f"config read from {config.sources[0]}")
+        for line in config.describe():
+            run.log(f"  {line}")
+        global_batch = config.batch_size * config.grad_accum_steps * self.world_size
+        run.log(f"model: {count_parameters(run.model) / 1e6:.2f}M parameters; device {self.device}, "
+                f"autocast {str(self.dtype).removeprefix('torch.')}; global batch {global_batch} "
+                f"({config.batch_size} x {config.grad_accum_steps} accumulation x {self.world_size} processes)")
+        if config.warmup_iters > config.max_iters and not config.budget_seconds:
+            run.log(f"warning: warmup-iters = {config.warmup_iters} is above max-iters = {config.max_iters}: "
+                    f"the learning rate stops before it reaches learning-rate")
+        if self.rank == 0:  # what compare_runs.py and a reader of the run directory look up
+            lines = config.describe() + [f"# {self.world_size} process(es)"]
+            if run.start:
+                lines.append(f"# started from {run.start}")
+            atomic_write(run.run_dir / "config.ini", lambda temp: temp.write_text("\n".join(lines) + "\n"))

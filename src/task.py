@@ -1,0 +1,71 @@
+"""What the trainer needs of a task (the Task protocol; main.py builds one from the config), and
+the evaluation the language-model tasks share: their loss and statistics summed over the batches.
+"""
+from typing import Iterator, Protocol
+
+import torch
+from torch import nn
+
+from errors import UserError
+from vocab import Vocab
+
+
+class Task(Protocol):
+    """A task supplies the model, the batches, the loss and the metrics; the trainer does the rest."""
+    name: str  # saved in checkpoints: which task made them
+    vocab: Vocab
+    device: torch.device
+    best_metric: str  # the validation metric that picks best.pt
+    lower_is_better: bool
+    predictions_per_token: float  # share of the input tokens the output head scores, for MFU
+    measuring_keys: tuple[str, ...]  # Config fields that decide what the scores mean: a resumed run keeps them
+
+    def build_model(self, max_len: int | None = None) -> nn.Module:
+        """The task's model; max_len (the position table) from a checkpoint, else seq-len."""
+
+    def check_data(self, splits: tuple[str, ...]):
+        """Open and check these splits now: a bad file stops the run before its first step."""
+
+    def train_batches(self, position: dict | None) -> Iterator[tuple[dict, dict]]:
+        """Endless (position after it, numpy batch) pairs from `position` on: the data order to resume."""
+
+    def eval_batches(self, split: str, count: int | None) -> Iterator[dict]:
+        """The same device batches of a split at every call: the first `count`, or all for None."""
+
+    def loss(self, model: nn.Module, batch: dict,
+             generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean loss and a vector of additive statistics whose first entry counts the predictions;
+        generator: for the masks a training batch draws (evaluation batches bring theirs)."""
+
+    def metrics(self, loss: float, statistics: torch.Tensor) -> dict[str, float]:
+        """Named metrics from the mean loss and the summed statistics: the training log's."""
+
+    def evaluate(self, model: nn.Module, batches: Iterator[dict], autocast) -> dict[str, float]:
+        """Named metrics over evaluation batches, all ranks' together, `loss` among them: from summed
+        statistics (evaluate_by_sums), or from every prediction where a metric needs them (GLUE's)."""
+
+    def show_predictions(self, model: nn.Module, autocast) -> str:
+        """A few validation predictions as text, for the log."""
+
+    def submission(self, model: nn.Module, split: str, autocast) -> dict[str, list[str]] | None:
+        """Where the split's labels are hidden (GLUE test sets): each predictions file's name -> its lines."""
+
+
+@torch.no_grad()
+def evaluate_by_sums(task: Task, model: nn.Module, batches: Iterator[dict], autocast) -> dict[str, float]:
+    """The task's metrics from its loss and statistics summed over the batches and the ranks; the sums
+    stay on the device until the end."""
+    model.eval()
+    loss_sum, totals = torch.zeros((), device=task.device, dtype=torch.float64), 0
+    for batch in batches:
+        with autocast:
+            loss, statistics = task.loss(model, batch)
+        loss_sum += loss.double() * statistics[0]
+        totals = totals + statistics.double()
+    model.train()
+    if isinstance(totals, int):
+        raise UserError("the evaluation split has no batch: it holds fewer samples than batch-size")
+    summed = torch.cat([loss_sum[None], totals])
+    if torch.distributed.is_initialized():
+        torch.distributed.all_reduce(summed)
+    return task.metrics(summed[0].item() / summed[1].item(), summed[1:].cpu())

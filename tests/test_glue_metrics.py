@@ -1,0 +1,55 @@
+"""src/glue_metrics.py: the metrics against scipy and by hand, a task's score as the mean of its
+metrics, and both averages on BERT-large's published numbers."""
+import numpy as np
+import pytest
+from scipy.stats import pearsonr, spearmanr
+
+from glue_metrics import (accuracy, cramming_average, f1_score, leaderboard_average, matthews_correlation, pearson,
+                          spearman, task_metrics, task_score)
+from glue_tasks import TASKS
+
+
+def test_correlations_match_scipy_with_ties():
+    rng = np.random.default_rng(0)
+    labels = np.round(rng.uniform(0, 5, 200) * 2) / 2  # STS-B-like, many ties
+    predictions = np.round(labels + rng.normal(0, 1, 200), 1)
+    assert pearson(labels, predictions) == pytest.approx(pearsonr(labels, predictions)[0], abs=1e-12)
+    assert spearman(labels, predictions) == pytest.approx(spearmanr(labels, predictions)[0], abs=1e-12)
+    assert pearson(labels, np.full(200, 2.5)) == 0.0  # scipy: NaN and a warning
+
+
+def test_matthews_f1_and_accuracy_by_hand():
+    # tp 1, tn 2, fp 0, fn 1: (1*2 - 0*1) / sqrt((1+0)(1+1)(2+0)(2+1)) = 2 / sqrt(12)
+    assert matthews_correlation([1, 1, 0, 0], [1, 0, 0, 0]) == pytest.approx(2 / np.sqrt(12))
+    tn, fp, fn, tp = 50, 10, 5, 35
+    labels = np.repeat([0, 0, 1, 1], [tn, fp, fn, tp])
+    predictions = np.repeat([0, 1, 0, 1], [tn, fp, fn, tp])
+    expected = (tp * tn - fp * fn) / np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+    assert matthews_correlation(labels, predictions) == pytest.approx(expected)
+    assert matthews_correlation(labels, np.zeros_like(labels)) == 0.0  # one class always: undefined
+    # tp 2, fp 1, fn 1: precision = recall = 2/3, so F1 = 2/3
+    assert f1_score([1, 1, 1, 0, 0], [1, 1, 0, 1, 0]) == pytest.approx(2 / 3)
+    assert f1_score([1, 0], [0, 0]) == 0.0
+    assert accuracy([1, 1, 1, 0, 0], [1, 1, 0, 1, 0]) == pytest.approx(0.6)
+
+
+def test_a_task_with_two_metrics_scores_their_mean():
+    metrics = task_metrics(TASKS["mrpc"], np.array([1, 1, 1, 0, 0]), np.array([1, 1, 0, 1, 0]))
+    assert metrics == pytest.approx({"f1": 2 / 3, "accuracy": 0.6})
+    assert task_score(TASKS["mrpc"], metrics | {"loss": 0.5}) == pytest.approx((2 / 3 + 0.6) / 2)
+    assert set(task_metrics(TASKS["stsb"], np.array([1.0, 2, 3]), np.array([1.5, 2, 2.5]))) == {"pearson", "spearman"}
+
+
+BERT_LARGE_TEST = {  # the BERT paper's GLUE test results for BERT-large, as fractions
+    "cola": {"matthews": 0.605}, "sst2": {"accuracy": 0.949}, "mrpc": {"f1": 0.893, "accuracy": 0.854},
+    "stsb": {"pearson": 0.876, "spearman": 0.865}, "qqp": {"f1": 0.721, "accuracy": 0.893},
+    "mnli_matched": {"accuracy": 0.867}, "mnli_mismatched": {"accuracy": 0.859}, "qnli": {"accuracy": 0.927},
+    "rte": {"accuracy": 0.701}, "wnli": {"accuracy": 0.651}}
+
+
+def test_the_averages_give_the_published_numbers():
+    assert leaderboard_average(BERT_LARGE_TEST) == pytest.approx(0.805, abs=5e-4)  # the leaderboard's 80.5
+    assert cramming_average(BERT_LARGE_TEST) == pytest.approx(0.821, abs=5e-4)  # the BERT paper's 82.1
+    without_rte = {name: metrics for name, metrics in BERT_LARGE_TEST.items() if name != "rte"}
+    assert leaderboard_average(without_rte) is None and cramming_average(without_rte) is None
+    assert cramming_average({name: m for name, m in BERT_LARGE_TEST.items() if name != "wnli"}) is not None

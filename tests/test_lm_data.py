@@ -1,0 +1,83 @@
+"""src/lm_data.py: the language-model tasks' data: each split's file pattern, batches padded to
+seq-len, the shards' stored masks against the masking keys, and shards too small for a batch."""
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import main
+from config import Config
+from conftest import MLM_SEQ_LEN, TEST_DEVICE
+from errors import UserError
+from lm_data import LanguageModelData, make_batch, split_pattern
+from mlm_task import MaskedLMTask
+from shards import read_shard
+from test_mlm_task import QUICK
+from vocab import load_vocab
+
+
+def test_dynamic_masking_of_static_shards_starts_from_the_original_ids(mlm_static_base_dir, mlm_config, tmp_path):
+    config = main.load_config(mlm_config(tmp_path, base_dir=mlm_static_base_dir), [])
+    task = MaskedLMTask(config, load_vocab(mlm_static_base_dir / "vocab"), torch.device(TEST_DEVICE))
+    path = mlm_static_base_dir / "datasets" / "train_imdb_64_123.msgpack.gz"
+    shard, rows = task.data.split("train").load((0, 0, 0, None))  # epoch 0's first shard, all this process reads
+    assert shard.masking == "none" and np.array_equal(shard.tokens, read_shard(path, rows=rows).unmasked_tokens())
+    assert "positions" not in next(task.train_batches(None))[1]  # masked by the trainer, afresh
+
+
+def test_masking_key_must_match_the_shards(mlm_workdir, mlm_static_whole_word_base_dir, monkeypatch, capsys,
+                                           skip_flops_measurement, tmp_path):
+    static_dir = tmp_path / "static"
+    for name in ("vocab", "datasets"):
+        shutil.copytree(mlm_static_whole_word_base_dir / name, static_dir / name)
+    # The validation split is checked first, before the run directory is made.
+    cases = [(mlm_workdir, ["--masking", "static"],
+              f"{Path('datasets') / 'val_imdb_64_123.msgpack.gz'}: the shard holds no masks but the config has "
+              "masking = static"),
+             (static_dir, ["--masking", "static", "--mask-rate", "0.3"],
+              "val_imdb_64_123.msgpack.gz: masked with whole-word-masking = true but the config has "
+              "whole-word-masking = false and masking = static"),
+             (static_dir, ["--masking", "static", "--whole-word-masking"],
+              "val_imdb_64_123.msgpack.gz: masked with mask-rate = 0.3 but the config has mask-rate = 0.15")]
+    for directory, options, message in cases:
+        monkeypatch.chdir(directory)
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_info:
+            main.main([*QUICK, "--config", str(mlm_workdir / "config.ini"), *options])
+        assert exit_info.value.code == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+        assert not (directory / "runs").exists()
+
+
+def test_a_dataset_pattern_with_split_serves_the_splits_whose_own_pattern_is_left_out():
+    shared = Config(dataset_pattern="{split}_wiki_*.msgpack")
+    assert [split_pattern(shared, split) for split in ("train", "val", "test")] == [
+        "train_wiki_*.msgpack", "val_wiki_*.msgpack", "test_wiki_*.msgpack"]
+    own = Config(dataset_pattern="{split}_wiki_*.msgpack", val_dataset_pattern="dev_*.msgpack",
+                 origins={"val_dataset_pattern": "--val-dataset-pattern"})
+    assert split_pattern(own, "val") == "dev_*.msgpack" and split_pattern(own, "test") == "test_wiki_*.msgpack"
+    assert split_pattern(Config(dataset_pattern="train_a_*.msgpack"), "val") == "val_*.msgpack"
+
+
+def test_batches_are_the_samples_padded_to_seq_len(mlm_base_dir):
+    vocab = load_vocab(mlm_base_dir / "vocab")
+    shard = read_shard(next((mlm_base_dir / "datasets").glob("val_*")))
+    rows = np.arange(0, 64, 3)
+    batch = make_batch(shard, rows, MLM_SEQ_LEN, vocab.pad_id, vocab.sep_id, 0.15)
+    assert batch["input_ids"].shape == (len(rows), MLM_SEQ_LEN) and "positions" not in batch
+    lengths = [len(shard.sample(row)) for row in rows]
+    assert min(lengths) < MLM_SEQ_LEN  # some padding, so a mask of the real tokens
+    for line, row, length in zip(range(len(rows)), rows, lengths):
+        assert batch["input_ids"][line, :length].tolist() == shard.sample(row).tolist()
+        assert (batch["input_ids"][line, length:] == vocab.pad_id).all()
+        assert batch["attention_mask"][line].tolist() == [True] * length + [False] * (MLM_SEQ_LEN - length)
+
+
+def test_a_shard_smaller_than_one_batch_is_one_line(mlm_workdir):
+    config = main.load_config(None, ["--batch-size", "100000"])
+    with pytest.raises(UserError, match=r"train_imdb_64_123\.msgpack\.gz: \d+ samples are fewer than one batch "
+                                        r"\(batch-size 100000 x 1 processes\)$"):
+        LanguageModelData(config, load_vocab(mlm_workdir / "vocab"), rank=0, world_size=1).check(("train",))

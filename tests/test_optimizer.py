@@ -1,0 +1,99 @@
+"""src/optimizer.py: AdamW's parameter groups (weight decay on matrices, layer-lr-decay), each
+learning-rate schedule as a pure function, and epochs and warmup-ratio turned into steps."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from config import Config
+from model import BertForSequenceClassification, ModelConfig
+from optimizer import budget_lr, cosine_lr, learning_rate, make_optimizer, with_run_length
+
+
+def test_cosine_lr_warms_up_linearly_then_decays_to_the_minimum():
+    config = Config(learning_rate=1e-3, min_learning_rate=1e-4, warmup_iters=10, lr_decay_iters=100)
+    rates = [cosine_lr(step, config) for step in range(120)]
+
+    warmup = np.array(rates[:11])
+    assert 0 < warmup[0] < warmup[-1]
+    assert np.allclose(np.diff(warmup), warmup[0])  # equal increments, starting from zero
+    assert rates[10] == pytest.approx(1e-3)  # the peak, at the end of warmup
+    assert max(rates) == pytest.approx(1e-3)
+    assert rates[55] == pytest.approx((1e-3 + 1e-4) / 2)  # halfway through the cosine
+    assert all(later < earlier for earlier, later in zip(rates[10:100], rates[11:101]))
+    assert rates[100:] == [pytest.approx(1e-4)] * 20
+
+
+def test_cosine_lr_without_warmup_starts_at_the_peak():
+    config = Config(learning_rate=1e-3, min_learning_rate=0.0, warmup_iters=0, lr_decay_iters=50)
+    assert cosine_lr(0, config) == pytest.approx(1e-3)
+    assert cosine_lr(50, config) == 0.0
+
+
+def optimizer_settings(model, config: Config) -> dict[str, dict]:
+    """Parameter name -> {lr_scale, weight_decay} of the group make_optimizer puts it in."""
+    groups = {id(param): group for group in make_optimizer(model, config, print).param_groups
+              for param in group["params"]}
+    return {name: {key: groups[id(param)][key] for key in ("lr_scale", "weight_decay")}
+            for name, param in model.named_parameters()}
+
+
+def three_layer_classifier() -> BertForSequenceClassification:
+    return BertForSequenceClassification(ModelConfig(vocab_size=40, max_len=16, d_model=16, heads=2, n_layer=3,
+                                                     d_ff=32))
+
+
+def test_layer_lr_decay_gives_each_layer_a_share_of_the_rate_of_the_one_above():
+    settings = optimizer_settings(three_layer_classifier(), Config(layer_lr_decay=0.5, weight_decay=0.01))
+    assert settings["encoder.embeddings.token.weight"] == {"lr_scale": 0.125, "weight_decay": 0.01}
+    assert settings["encoder.embeddings.norm.bias"] == {"lr_scale": 0.125, "weight_decay": 0.0}
+    assert settings["encoder.layers.0.attention.qkv.weight"]["lr_scale"] == 0.25
+    assert settings["encoder.layers.1.feed_forward.up.bias"] == {"lr_scale": 0.5, "weight_decay": 0.0}
+    assert settings["encoder.layers.2.feed_forward.down.weight"]["lr_scale"] == 1.0
+    assert settings["pooler.weight"]["lr_scale"] == settings["classifier.bias"]["lr_scale"] == 1.0
+
+
+def test_without_layer_lr_decay_every_parameter_has_the_rate():
+    model = three_layer_classifier()
+    settings = optimizer_settings(model, Config())
+    assert {setting["lr_scale"] for setting in settings.values()} == {1.0}
+    assert {name for name, setting in settings.items() if setting["weight_decay"] == 0} == {
+        name for name, param in model.named_parameters() if param.dim() < 2}
+
+
+def test_the_learning_rate_schedulers():
+    base = Config(learning_rate=1e-3, min_learning_rate=1e-5, warmup_iters=10, lr_decay_iters=100, max_iters=100)
+    constant = dataclasses.replace(base, lr_scheduler="none")
+    assert learning_rate(4, 0, constant) == pytest.approx(1e-3 * 5 / 11)  # warmup as before
+    assert learning_rate(10, 0, constant) == learning_rate(99, 0, constant) == 1e-3
+    stepped = dataclasses.replace(base, lr_scheduler="steplr:20:0.5")
+    assert [learning_rate(step, 0, stepped) for step in (10, 29, 30, 50)] == pytest.approx([1e-3, 1e-3, 5e-4, 2.5e-4])
+    ramped = dataclasses.replace(base, resume_warmup_iters=4)
+    assert learning_rate(60, 0, ramped, resumed_at=60) == pytest.approx(learning_rate(60, 0, base) / 5)
+    assert learning_rate(64, 0, ramped, resumed_at=60) == learning_rate(64, 0, base)
+
+
+def test_budget_schedule_follows_the_share_spent_and_reaches_the_floor_at_the_end():
+    config = Config(time_budget="10m", learning_rate=1e-3, min_learning_rate=1e-4, warmup_iters=9)
+    assert budget_lr(0, 0.0, config) == pytest.approx(1e-4)  # the first tenth of the ramp
+    assert budget_lr(9, 0.0, config) == pytest.approx(1e-3)  # warmed up, nothing spent: the peak
+    assert budget_lr(500, 0.5, config) == pytest.approx((1e-3 + 1e-4) / 2)  # halfway: the cosine's middle
+    assert budget_lr(10**6, 1.0, config) == pytest.approx(1e-4)
+    assert budget_lr(10**6, 1.7, config) == pytest.approx(1e-4)  # past the end: stays at the floor
+    after_warmup = [budget_lr(100, spent / 20, config) for spent in range(21)]
+    assert after_warmup == sorted(after_warmup, reverse=True)
+    # The step does not matter past warmup; without a budget the step does.
+    assert learning_rate(50, 0.3, config) == learning_rate(5000, 0.3, config)
+    assert learning_rate(50, 0.3, Config()) != learning_rate(5000, 0.3, Config())
+
+
+def test_epochs_set_the_run_length_in_steps_and_warmup_ratio_a_share_of_them():
+    config = Config(task_type="sst2", batch_size=32, grad_accum_steps=2, epochs=3, warmup_iters=500, max_iters=10)
+    sized = with_run_length(config, train_examples=1000, world_size=2)
+    # 3 passes over 1,000 examples at 128 a step: 23.4, and a last short step counts
+    assert (sized.max_iters, sized.lr_decay_iters, sized.warmup_iters) == (24, 24, 24)
+    ratio = with_run_length(dataclasses.replace(config, warmup_ratio=0.25), 1000, 2)
+    assert (ratio.max_iters, ratio.warmup_iters) == (24, 6)
+    steps_only = Config(max_iters=400, warmup_iters=10, warmup_ratio=0.1)
+    assert with_run_length(steps_only, 1000, 1).warmup_iters == 40
+    assert with_run_length(Config(), 1000, 1) == Config()

@@ -1,0 +1,61 @@
+"""src/packed_files.py: the container of shards and token streams: the header written last comes
+first, a file is whole or absent, equal inputs give equal bytes, and a damaged or missing file is
+one line naming it."""
+import msgpack
+import numpy as np
+import pytest
+
+from packed_files import HeaderFirstFile, ShardError, guarded, open_stream, unpacker
+
+HEADER = {"format": "test", "samples": 3}
+BLOCKS = [{"tokens": np.arange(n, dtype=np.uint16).tobytes()} for n in (5, 7, 9)]
+
+
+def write(path, header=HEADER, blocks=BLOCKS):
+    writer = HeaderFirstFile(path)
+    for block in blocks:
+        writer.write(block)
+    writer.finish(header)
+    return path
+
+
+def read_all(path) -> list:
+    with open_stream(path) as stream:
+        return guarded(path, lambda: list(unpacker(stream)))
+
+
+def test_the_header_written_last_is_read_first(tmp_path):
+    path = write(tmp_path / "data.msgpack.gz")
+    assert read_all(path) == [HEADER, *BLOCKS]
+    assert [each.name for each in tmp_path.iterdir()] == ["data.msgpack.gz"]  # no temporary file left
+
+
+def test_equal_inputs_give_byte_identical_files(tmp_path):
+    assert write(tmp_path / "a.msgpack.gz").read_bytes() == write(tmp_path / "b.msgpack.gz").read_bytes()
+
+
+def test_an_aborted_file_leaves_nothing(tmp_path):
+    writer = HeaderFirstFile(tmp_path / "data.msgpack.gz")
+    writer.write(BLOCKS[0])
+    writer.abort()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_plain_msgpack_reads_as_well_as_gzip(tmp_path):
+    path = tmp_path / "plain.msgpack"
+    path.write_bytes(b"".join(msgpack.packb(item, use_bin_type=True) for item in [HEADER, *BLOCKS]))
+    assert read_all(path) == [HEADER, *BLOCKS]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_a_damaged_file_is_one_line_naming_it(tmp_path, damage):
+    path = write(tmp_path / "data.msgpack.gz")
+    whole = path.read_bytes()
+    path.write_bytes(whole[:len(whole) // 2] if damage == "truncated" else b"\x1f\x8b" + bytes(range(256)) * 4)
+    with pytest.raises(ShardError, match=f"^{path}: truncated or corrupt file \\("):
+        read_all(path)
+
+
+def test_a_missing_file_is_one_line_naming_it(tmp_path):
+    with pytest.raises(ShardError, match=f"^{tmp_path / 'absent.msgpack'}: cannot read"):
+        open_stream(tmp_path / "absent.msgpack")

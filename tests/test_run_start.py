@@ -1,0 +1,47 @@
+"""src/run_start.py: the rule for --cp (resume its run or start a new one from its weights), the
+settings a resumed run keeps, and a run that fails to start leaving no directory. Resuming exactly
+is tested through whole runs in test_trainer.py."""
+from pathlib import Path
+
+import pytest
+import torch
+
+import main
+from config import Config
+from errors import UserError
+from run_start import RunStarter, check_same_measure, resumes
+
+
+@pytest.mark.parametrize("saved, config, expected", [
+    ({"task": "mlm", "optimizer": {}}, Config(), True),
+    ({"task": "mlm", "optimizer": None}, Config(), False),  # an imported model: a starting point
+    ({"task": "mlm", "optimizer": {}}, Config(task_type="sst2"), False),  # pre-training to fine-tune
+    ({"task": "mlm", "optimizer": {}}, Config(sentence_objective="nsp"), False),  # new heads
+])
+def test_the_rule_for_cp(saved, config, expected):
+    class Task:
+        name = config.task_type
+    checkpoint = {**saved, "model_config": {"sentence_classes": 0}}
+    assert resumes(checkpoint, Task(), config) is expected
+
+
+def test_a_resumed_run_keeps_only_the_task_s_measuring_keys():
+    class CausalTask:
+        measuring_keys = ("seq_len",)
+    saved = {"mask_rate": 0.15, "seq_len": 128}  # saved_settings of a causal-LM checkpoint
+    check_same_measure(Path("c.pt"), saved, CausalTask(), Config(mask_rate=0.3))  # not a key it measures by
+    with pytest.raises(UserError, match=r"^c\.pt: the run has seq-len = 128, the config 64; a resumed run keeps it "
+                                        r"\(to start a new run from these weights, add --switch-training\)$"):
+        check_same_measure(Path("c.pt"), saved, CausalTask(), Config(seq_len=64))
+
+
+def test_a_run_that_fails_while_announcing_itself_leaves_no_directory(mlm_workdir, monkeypatch):
+    config = main.load_config(None, [])
+    starter = RunStarter(config, main.make_task(config), torch.float32)
+
+    def full_disk(run):
+        raise UserError("no space left on device writing config.ini")
+    monkeypatch.setattr(starter, "announce", full_disk)
+    with pytest.raises(UserError):
+        starter.start(None, switch_training=False, load_optimizer=True)
+    assert not Path("runs").exists() or not any(Path("runs").iterdir())
