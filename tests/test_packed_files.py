@@ -5,7 +5,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from packed_files import HeaderFirstFile, ShardError, guarded, open_stream, unpacker
+from packed_files import HeaderFirstFile, ShardError, guarded, is_whole, open_stream, unpacker
 
 HEADER = {"format": "test", "samples": 3}
 BLOCKS = [{"tokens": np.arange(n, dtype=np.uint16).tobytes()} for n in (5, 7, 9)]
@@ -26,7 +26,9 @@ def read_all(path) -> list:
 
 def test_the_header_written_last_is_read_first(tmp_path):
     path = write(tmp_path / "data.msgpack.gz")
-    assert read_all(path) == [HEADER, *BLOCKS]
+    header, *blocks = read_all(path)
+    assert header == HEADER | {"body_bytes": header["body_bytes"]} and blocks == BLOCKS
+    assert is_whole(path, header)  # the file is as long as the size the header records
     assert [each.name for each in tmp_path.iterdir()] == ["data.msgpack.gz"]  # no temporary file left
 
 

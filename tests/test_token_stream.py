@@ -29,7 +29,7 @@ def test_token_stream_round_trip_and_truncation(tmp_path, vocab, imdb_ids):
     assert np.array_equal(np.concatenate(list(blocks)), np.concatenate(ids))
     assert header == {"format": "bert-token-ids", "version": 1, "vocab_size": vocab.size,
                       "vocab_checksum": vocab.checksum, "dtype": "uint16", "source_files": ["imdb.txt"],
-                      "tokens": sum(map(len, ids))}
+                      "tokens": sum(map(len, ids)), "body_bytes": header["body_bytes"]}
     whole = path.read_bytes()
     path.write_bytes(whole[:len(whole) * 3 // 4])
     with pytest.raises(ShardError, match=f"^{path}: truncated or corrupt"):
