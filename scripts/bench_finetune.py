@@ -59,13 +59,12 @@ def agreement_pairs(data_dir: Path, out_dir: Path, seed: int = 0) -> Path:
     return out_dir
 
 
-def ours(recipe: Path, overrides: list[str], checkpoint: Path) -> tuple[dict, float]:
+def ours(config, checkpoint: Path) -> tuple[dict, float]:
     """This program's fine-tuning, then the test split scored with the best checkpoint."""
     started = time.perf_counter()
-    run_dir = run(load_config(recipe, overrides), checkpoint, False)
+    run_dir = run(config, checkpoint, False)
     seconds = time.perf_counter() - started
-    best = run_dir / "checkpoints" / "best.pt"
-    metrics = run(load_config(recipe, overrides), best, test=True)
+    metrics = run(config, run_dir / "checkpoints" / "best.pt", test=True)
     return {name.removeprefix("test_"): value for name, value in metrics.items()}, seconds
 
 
@@ -135,10 +134,10 @@ def compare(args, checkpoint: dict, work: Path):
             overrides = ["--base-dir", str(args.base_dir), "--task-type", task, "--seed", str(seed),
                          "--glue-dir", str(data_dirs[task].resolve()), *pooling,
                          *architecture, *args.overrides]
-            metrics, seconds = ours(args.recipe, overrides, args.cp)
+            config = load_config(args.recipe, overrides)
+            metrics, seconds = ours(config, args.cp)
             results["this program"][0].append(score_of(task, metrics))
             results["this program"][1].append(seconds)
-            config = load_config(args.recipe, overrides)
             metrics, seconds = theirs(export_dir, bool(pooling), config, data_dirs[task], task, seed,
                                       work / f"trainer-{task}-{seed}")
             results["transformers Trainer"][0].append(score_of(task, metrics))

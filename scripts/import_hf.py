@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 import checkpoint as checkpoints  # noqa: E402
 from config import CLASSIFICATION_TASKS, Config  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
+from hf_export import VARIANT_FIELDS  # noqa: E402
 from hf_weights import from_hf  # noqa: E402
 from model import (BertForCausalLM, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification,  # noqa: E402
                    ModelConfig)
@@ -99,11 +100,9 @@ def native_architecture(config: dict, vocab: Vocab, task: str, weights: dict) ->
 
 
 def variant_architecture(config: dict, vocab: Vocab, task: str) -> ModelConfig:
-    names = ("max_len", "d_model", "heads", "n_layer", "d_ff", "dropout", "segments", "layer_norm_eps", "norm",
-             "position", "feed_forward", "sentence_classes", "pooling")
-    return ModelConfig(vocab_size=config["vocab_size"], pad_id=vocab.pad_id, causal=task == "clm",
-                       num_labels=len(config.get("id2label", {})) or 2,
-                       **{name: config[name] for name in names if name in config})
+    saved = {name: config[name] for name in VARIANT_FIELDS if name in config}
+    return ModelConfig(**saved | {"pad_id": vocab.pad_id, "causal": task == "clm",
+                                  "num_labels": len(config.get("id2label", {})) or 2})
 
 
 def task_of(config: dict, weights: dict) -> str:

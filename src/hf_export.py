@@ -7,15 +7,13 @@ trust_remote_code=True: etc/hf/'s two files adapt inputs and outputs, and bert_v
 generated here from src/model.py, is the program's own model code, so the two cannot drift apart.
 """
 import ast
+import importlib
 import inspect
 import json
 import re
 from pathlib import Path
 
 import checkpoint as checkpoints
-import config as config_module
-import cpu_kernels
-import masking
 import model as model_module
 from config import CLASSIFICATION_TASKS
 from errors import UserError
@@ -30,6 +28,9 @@ LAYERS_MODULE = "bert_variant_layers"
 BERT_ARCHITECTURE = {"norm": "postln", "position": "learned", "feed_forward": "gelu"}
 # What src/model.py imports that only a training run needs: the definitions using them stay behind.
 RUN_ONLY = {"Config", "UserError"}
+# The ModelConfig fields a non-BERT export's config.json carries under their own names (import reads them back).
+VARIANT_FIELDS = ("vocab_size", "max_len", "d_model", "heads", "n_layer", "d_ff", "dropout", "segments",
+                  "layer_norm_eps", "norm", "position", "feed_forward", "causal", "sentence_classes", "pooling")
 # Weights a transformers directory never holds: ELECTRA's generator, which fine-tuning drops.
 GENERATOR = ("generator.", "generator_input.", "generator_head.")
 
@@ -43,6 +44,10 @@ AUTO_CLASSES = {"BertVariantModel": "AutoModel", "BertVariantForMaskedLM": "Auto
                 "BertVariantForPreTraining": "AutoModelForPreTraining",
                 "BertVariantForCausalLM": "AutoModelForCausalLM",
                 "BertVariantForSequenceClassification": "AutoModelForSequenceClassification"}
+# Where transformers' own classes fit, for the model card's load line.
+AUTO_NAMES = {"BertForMaskedLM": "AutoModelForMaskedLM", "BertForPreTraining": "AutoModelForPreTraining",
+              "BertLMHeadModel": "AutoModelForCausalLM", "ElectraForPreTraining": "AutoModelForPreTraining",
+              "BertModel": "AutoModel"} | AUTO_CLASSES
 
 
 def is_native(checkpoint: dict) -> bool:
@@ -114,8 +119,6 @@ def native_config(checkpoint: dict) -> dict:
 
 def variant_config(checkpoint: dict) -> dict:
     saved = checkpoint["model_config"]
-    fields = ("vocab_size", "max_len", "d_model", "heads", "n_layer", "d_ff", "dropout", "segments",
-              "layer_norm_eps", "norm", "position", "feed_forward", "causal", "sentence_classes", "pooling")
     auto_map = {"AutoConfig": "configuration_bert_variant.BertVariantConfig"}
     classes = {architecture(checkpoint), "BertVariantModel", "BertVariantForSequenceClassification"}
     if checkpoint["task"] == "mlm":
@@ -124,7 +127,7 @@ def variant_config(checkpoint: dict) -> dict:
         auto_map[AUTO_CLASSES[name]] = f"modeling_bert_variant.{name}"
     return {"model_type": "bert-variant", "auto_map": auto_map, "pad_token_id": saved["pad_id"],
             "initializer_range": INIT_STD, "replaced_token_detection": checkpoint["task"] == "electra",
-            **{field: saved[field] for field in fields if field in saved}}
+            **{field: saved[field] for field in VARIANT_FIELDS if field in saved}}
 
 
 # ----------------------------------------------------------------------------------------- code files
@@ -140,22 +143,31 @@ def layers_source() -> str:
     """src/model.py as a file that stands alone: its imports from the program's other modules
     replaced by the definitions they import (cpu_kernels.py whole), and the definitions that need
     a training run's Config left out."""
-    tree = ast.parse(inspect.getsource(model_module))
-    imports, definitions, borrowed = [], [], []
-    for node in tree.body:
-        if isinstance(node, ast.Import) and [alias.name for alias in node.names] == ["cpu_kernels"]:
-            borrowed += module_definitions(cpu_kernels, imports)
-        elif isinstance(node, ast.ImportFrom) and node.module in ("config", "errors", "masking"):
+    source = inspect.getsource(model_module)
+    imports, definitions, borrowed, whole_modules = [], [], [], []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Import) and all(is_ours(alias.name) for alias in node.names):
+            whole_modules += [alias.name for alias in node.names]
+            for alias in node.names:
+                borrowed += module_definitions(importlib.import_module(alias.name), imports)
+        elif isinstance(node, ast.ImportFrom) and is_ours(node.module):
             borrowed += imported_definitions(node)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             imports.append(ast.unparse(node))
         elif not uses(node, RUN_ONLY) and not is_docstring(node):
-            definitions.append(source_of(inspect.getsource(model_module), node))
-    body = re.sub(r"\bcpu_kernels\.", "", "\n\n\n".join(definitions))
+            definitions.append(source_of(source, node))
+    body = "\n\n\n".join(definitions)
+    for name in whole_modules:  # `cpu_kernels.attention` is `attention` once its definitions are here
+        body = re.sub(rf"\b{name}\.", "", body)
     header = ('"""BERT and its variants: src/model.py of the BERT-from-scratch program, generated by '
               'scripts/export_hf.py.\nDo not edit: export again."""')
     check_names_unique(borrowed + definitions)
     return "\n".join([header, *dict.fromkeys(imports), "", "", *borrowed, body]) + "\n"
+
+
+def is_ours(module_name: str | None) -> bool:
+    """Whether a module is one of the program's own (src/), which the generated file cannot import."""
+    return module_name is not None and (Path(model_module.__file__).parent / f"{module_name}.py").is_file()
 
 
 def module_definitions(module, imports: list[str]) -> list[str]:
@@ -172,7 +184,7 @@ def module_definitions(module, imports: list[str]) -> list[str]:
 
 def imported_definitions(node: ast.ImportFrom) -> list[str]:
     """`from config import NORMS, attention_shape_problem`: the constants' values, the functions' source."""
-    module = {"config": config_module, "errors": None, "masking": masking}[node.module]
+    module = importlib.import_module(node.module)
     kept = []
     for alias in node.names:
         if alias.name in RUN_ONLY:
@@ -243,11 +255,6 @@ def model_card(checkpoint: dict, checkpoint_path: Path) -> str:
               "tokenizer = AutoTokenizer.from_pretrained(DIRECTORY)",
               f"model = {auto}.from_pretrained(DIRECTORY{remote})", "```", ""]
     return "\n".join(lines)
-
-
-AUTO_NAMES = {"BertForMaskedLM": "AutoModelForMaskedLM", "BertForPreTraining": "AutoModelForPreTraining",
-              "BertLMHeadModel": "AutoModelForCausalLM", "ElectraForPreTraining": "AutoModelForPreTraining",
-              "BertModel": "AutoModel"} | AUTO_CLASSES
 
 
 def stage_line(stage: dict) -> str:
