@@ -69,6 +69,18 @@ def attention_shape_problem(d_model: int, heads: int, position: str) -> str | No
     return None
 
 
+class Schedule(NamedTuple):
+    """An lr-scheduler value read: its name and arguments (steplr's step and gamma, one-cycle's peak)."""
+    name: str
+    step: int = 0
+    gamma: float = 1.0
+    peak: float = 0.5
+
+
+SCHEDULER_FORMS = ("cosine, linear, none (constant), steplr:STEP:GAMMA (STEP a positive integer, GAMMA in (0, 1]) "
+                   "or one-cycle[:PEAK] (PEAK in (0, 1))")
+
+
 def scheduler_problem(text: str) -> str | None:
     """What is wrong with an lr-scheduler value, or None; optimizer.py reads it with parse_scheduler."""
     try:
@@ -78,15 +90,22 @@ def scheduler_problem(text: str) -> str | None:
     return None
 
 
-def parse_scheduler(text: str) -> tuple[str, int, float]:
-    """('cosine' | 'none' | 'steplr', step, gamma) from 'cosine', 'none' or 'steplr:STEP:GAMMA'."""
+def parse_scheduler(text: str) -> Schedule:
+    """The Schedule of 'cosine', 'linear', 'none', 'steplr:STEP:GAMMA' or 'one-cycle[:PEAK]'."""
     name, *arguments = text.strip().lower().split(":")
-    if name in ("cosine", "none") and not arguments:
-        return name, 0, 1.0
-    if name == "steplr" and len(arguments) == 2:
-        step, gamma = int(arguments[0]), float(arguments[1])
-        if step >= 1 and 0 < gamma <= 1:
-            return name, step, gamma
+    try:
+        if name in ("cosine", "linear", "none") and not arguments:
+            return Schedule(name)
+        if name == "steplr" and len(arguments) == 2:
+            step, gamma = int(arguments[0]), float(arguments[1])
+            if step >= 1 and 0 < gamma <= 1:
+                return Schedule(name, step=step, gamma=gamma)
+        if name == "one-cycle" and len(arguments) <= 1:
+            peak = float(arguments[0]) if arguments else Schedule._field_defaults["peak"]
+            if 0 < peak < 1:
+                return Schedule(name, peak=peak)
+    except ValueError:
+        pass
     raise ValueError(f"not a scheduler: {text!r}")
 
 
@@ -95,6 +114,11 @@ def replacement_shares_problem(replace_mask: float, replace_random: float) -> st
     if replace_mask + replace_random > 1 + 1e-9:  # 0.7 + 0.3 may round up
         return f"mask-replace-mask = {replace_mask} plus mask-replace-random = {replace_random} exceed 1"
     return None
+
+
+def warms_up(values: dict) -> bool:
+    """Whether warmup-iters applies: every schedule but one-cycle, whose rise is its warmup."""
+    return parse_scheduler(values["lr_scheduler"]).name != "one-cycle"
 
 
 # Checks between fields, run after the per-field ones: each gives a message, or None when it holds.
@@ -109,11 +133,19 @@ CROSS_FIELD_RULES = (
     f"epochs = {v['epochs']} goes with a fine-tuning task, not task-type = {v['task_type']} (use max-iters)",
     lambda v: None if not (v["epochs"] and duration_seconds(v["time_budget"])) else
     f"epochs = {v['epochs']} and time-budget = {v['time_budget']}: give one run length, not both",
+    lambda v: None if not v["batch_ramp"] or v["grad_accum_steps"] > 1 else
+    f"batch-ramp = {v['batch_ramp']} needs grad-accum-steps above 1: the ramp grows the step from one "
+    f"micro-batch to grad-accum-steps of them",
+    lambda v: None if not (v["batch_ramp"] and v["epochs"]) else
+    f"batch-ramp = {v['batch_ramp']} and epochs = {v['epochs']}: a ramp changes the steps an epoch takes; "
+    f"give max-iters instead",
     lambda v: None if v["min_learning_rate"] <= v["learning_rate"] else
     f"min-learning-rate = {v['min_learning_rate']} is above learning-rate = {v['learning_rate']}",
-    lambda v: None if v["lr_decay_iters"] >= v["warmup_iters"] or v["warmup_ratio"] or v["epochs"] else
+    lambda v: None if v["lr_decay_iters"] >= v["warmup_iters"] or v["warmup_ratio"] or v["epochs"]
+    or not warms_up(v) else
     f"lr-decay-iters = {v['lr_decay_iters']} is below warmup-iters = {v['warmup_iters']}",
-    lambda v: None if not duration_seconds(v["time_budget"]) or v["max_iters"] >= v["warmup_iters"] else
+    lambda v: None if not duration_seconds(v["time_budget"]) or v["max_iters"] >= v["warmup_iters"]
+    or not warms_up(v) else
     f"time-budget = {v['time_budget']} with max-iters = {v['max_iters']} below warmup-iters = {v['warmup_iters']}: "
     f"the run would stop before warming up",
 )
@@ -162,6 +194,9 @@ class Config:
     # MLM samples fill seq-len, so only fine-tuning batches gain from grouping by length.
     length_grouping: bool = key(True, "fine-tuning: training batches of sentences of similar length")
     grad_accum_steps: int = key(1, "micro-batches summed into one optimizer step", at_least(1))
+    batch_ramp: float = key(0.0, "pre-training: steps grow from one micro-batch to grad-accum-steps of them by this "
+                                 "share of the run (Cramming: 0.6); 0: every step has grad-accum-steps",
+                            within(0, 1))
     val_interval: int = key(100, "validate every this many optimizer steps", at_least(1))
     val_iters: int = key(20, "pre-training: batches per validation (fine-tuning scores the whole dev split)",
                          at_least(1))
@@ -191,10 +226,12 @@ class Config:
     warmup_iters: int = key(300, "linear warm-up steps", at_least(0))
     warmup_ratio: float = key(0.0, "warm-up as a share of the run's steps (replaces warmup-iters); 0: warmup-iters",
                               within(0, 1, "[)"))
-    lr_scheduler: str = key("cosine", "after warmup: cosine, none (constant) or steplr:STEP:GAMMA",
-                            Rule(lambda value: scheduler_problem(value) is None,
-                                 "cosine, none or steplr:STEP:GAMMA (STEP a positive integer, GAMMA in (0, 1])"))
-    lr_decay_iters: int = key(10_000, "the step where the cosine reaches min-learning-rate", at_least(0))
+    lr_scheduler: str = key("cosine", "after warmup: cosine or linear decay to min-learning-rate, none (constant), "
+                                      "steplr:STEP:GAMMA; or one-cycle[:PEAK], up from min-learning-rate to the "
+                                      "peak at that share of the run (default 0.5) and down again, no warmup",
+                            Rule(lambda value: scheduler_problem(value) is None, SCHEDULER_FORMS))
+    lr_decay_iters: int = key(10_000, "the step where the decay reaches min-learning-rate (without a time budget)",
+                              at_least(0))
     resume_warmup_iters: int = key(0, "after a resume, ramp the rate back up over this many steps", at_least(0))
     max_iters: int = key(10_000, "optimizer steps in the whole run (with a time budget: a cap)", at_least(1))
     epochs: float = key(0.0, "fine-tuning: the run's length in passes over the training examples (sets max-iters "

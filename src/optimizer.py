@@ -1,5 +1,5 @@
-"""The optimizer and its learning-rate schedule: AdamW's parameter groups, and each schedule a
-pure function of the step and the config."""
+"""The optimizer and its schedules: AdamW's parameter groups; the learning rate and the batch
+ramp, each a pure function of the step, the share of the time budget spent and the config."""
 import dataclasses
 import math
 
@@ -41,16 +41,19 @@ def layers_above(name: str, model: nn.Module) -> int:
 
 
 def learning_rate(step: int, spent: float, config: Config, resumed_at: int | None = None) -> float:
-    """The rate for `step`: lr-scheduler's, by the share of the time budget spent (0..1) when the
-    config has a budget and the cosine schedule, else by the step; after a resume at step
-    `resumed_at`, ramped back up over resume-warmup-iters steps."""
-    name, every, gamma = parse_scheduler(config.lr_scheduler)
-    if name == "cosine":
-        rate = budget_lr(step, spent, config) if config.budget_seconds else cosine_lr(step, config)
+    """The rate for `step`: lr-scheduler's shape over the run (the share of the time budget spent,
+    0..1, when the config has a budget, else the step); after a resume at step `resumed_at`, ramped
+    back up over resume-warmup-iters steps."""
+    schedule = parse_scheduler(config.lr_scheduler)
+    if schedule.name == "one-cycle":
+        rate = one_cycle(run_progress(step, spent, config), schedule.peak, config)
+    elif schedule.name in ("cosine", "linear"):
+        decay = cosine_decay if schedule.name == "cosine" else linear_decay
+        rate = warmup(step, config) * decay(decay_progress(step, spent, config), config)
     else:
         rate = warmup(step, config) * config.learning_rate
-        if name == "steplr":
-            rate *= gamma ** (max(0, step - config.warmup_iters) // every)
+        if schedule.name == "steplr":
+            rate *= schedule.gamma ** (max(0, step - config.warmup_iters) // schedule.step)
     if resumed_at is not None and config.resume_warmup_iters:
         rate *= min(1.0, (step - resumed_at + 1) / (config.resume_warmup_iters + 1))
     return rate
@@ -61,27 +64,50 @@ def warmup(step: int, config: Config) -> float:
     return min(1.0, (step + 1) / (config.warmup_iters + 1))
 
 
-def budget_lr(step: int, spent: float, config: Config) -> float:
-    """Learning rate under a time budget: cosine from learning-rate down to min-learning-rate as the
-    share of the budget spent goes from 0 to 1, so the floor comes exactly when time runs out, as
-    Cramming's budget schedules do; a linear ramp over the first warmup-iters steps scales it in."""
-    ramp = warmup(step, config)
-    progress = min(max(spent, 0.0), 1.0)
-    decayed = config.min_learning_rate + 0.5 * (1 + math.cos(math.pi * progress)) * (
-        config.learning_rate - config.min_learning_rate)
-    return ramp * decayed
+def decay_progress(step: int, spent: float, config: Config) -> float:
+    """How far the decay has gone, 0..1: the share of the time budget spent, so that the floor comes
+    exactly when time runs out (Cramming's budget schedules); without a budget, the share of the
+    steps from warmup-iters to lr-decay-iters."""
+    if config.budget_seconds:
+        return min(max(spent, 0.0), 1.0)
+    steps = max(1, config.lr_decay_iters - config.warmup_iters)
+    return min(max((step - config.warmup_iters) / steps, 0.0), 1.0)
 
 
-def cosine_lr(step: int, config: Config) -> float:
-    """Learning rate at `step`: linear warmup to learning-rate over warmup-iters, then cosine
-    decay to min-learning-rate at lr-decay-iters, then constant."""
-    if step < config.warmup_iters:
-        return config.learning_rate * (step + 1) / (config.warmup_iters + 1)
-    if step >= config.lr_decay_iters:
-        return config.min_learning_rate
-    progress = (step - config.warmup_iters) / max(1, config.lr_decay_iters - config.warmup_iters)
+def run_progress(step: int, spent: float, config: Config) -> float:
+    """The share of the run done, 0..1: of the time budget, else of lr-decay-iters steps."""
+    done = spent if config.budget_seconds else step / max(1, config.lr_decay_iters)
+    return min(max(done, 0.0), 1.0)
+
+
+def cosine_decay(progress: float, config: Config) -> float:
+    """learning-rate at progress 0 down to min-learning-rate at 1 along a half cosine."""
     return config.min_learning_rate + 0.5 * (1 + math.cos(math.pi * progress)) * (
         config.learning_rate - config.min_learning_rate)
+
+
+def linear_decay(progress: float, config: Config) -> float:
+    """learning-rate at progress 0 down to min-learning-rate at 1 along a straight line."""
+    return config.learning_rate - progress * (config.learning_rate - config.min_learning_rate)
+
+
+def one_cycle(progress: float, peak: float, config: Config) -> float:
+    """The triangle of Cramming's budget schedule: a straight line from min-learning-rate up to
+    learning-rate at `peak` (a share of the run), then straight down to min-learning-rate at the end."""
+    low, high = config.min_learning_rate, config.learning_rate
+    if progress < peak:
+        return low + (high - low) * progress / peak
+    return high - (high - low) * (progress - peak) / (1 - peak)
+
+
+def micro_batches(step: int, spent: float, config: Config) -> int:
+    """Micro-batches in the step: grad-accum-steps; under batch-ramp a staircase from one up to
+    grad-accum-steps, reached at that share of the run (Cramming ramps the batch so; an early step
+    on a small batch teaches as much as a late one on a large batch)."""
+    if not config.batch_ramp:
+        return config.grad_accum_steps
+    share = run_progress(step, spent, config) / config.batch_ramp
+    return min(config.grad_accum_steps, 1 + math.floor((config.grad_accum_steps - 1) * share))
 
 
 def with_run_length(config: Config, train_examples: int, world_size: int) -> Config:

@@ -209,7 +209,9 @@ class RunStarter:
         global_batch = config.batch_size * config.grad_accum_steps * self.world_size
         run.log(f"model: {count_parameters(run.model) / 1e6:.2f}M parameters; device {self.device}, "
                 f"autocast {str(self.dtype).removeprefix('torch.')}; global batch {global_batch} "
-                f"({config.batch_size} x {config.grad_accum_steps} accumulation x {self.world_size} processes)")
+                f"({config.batch_size} x {config.grad_accum_steps} accumulation x {self.world_size} processes)"
+                + (f", ramped up from {config.batch_size * self.world_size} by {config.batch_ramp:.0%} of the run"
+                   if config.batch_ramp else ""))
         if config.warmup_iters > config.max_iters and not config.budget_seconds:
             run.log(f"warning: warmup-iters = {config.warmup_iters} is above max-iters = {config.max_iters}: "
                     f"the learning rate stops before it reaches learning-rate")

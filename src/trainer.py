@@ -24,7 +24,7 @@ from atomic import atomic_write
 from config import Config
 from errors import UserError
 from model import flops_per_token
-from optimizer import learning_rate
+from optimizer import learning_rate, micro_batches
 from run_start import Run, RunStarter
 from stop_request import StopRequest
 from task import Task
@@ -114,10 +114,11 @@ class Trainer:
         return run.step >= self.config.max_iters or bool(budget and run.elapsed >= budget)
 
     def train_step(self, run: Run, batches, meter: "Throughput"):
-        """One optimizer step over grad-accum-steps micro-batches; no host sync."""
-        config, accumulation = self.config, self.config.grad_accum_steps
-        budget = config.budget_seconds
-        run.lr = learning_rate(run.step, run.elapsed / budget if budget else 0.0, config, run.resumed_at)
+        """One optimizer step over its micro-batches (grad-accum-steps, or batch-ramp's); no host sync."""
+        config, budget = self.config, self.config.budget_seconds
+        spent = run.elapsed / budget if budget else 0.0
+        run.lr = learning_rate(run.step, spent, config, run.resumed_at)
+        accumulation = micro_batches(run.step, spent, config)
         for group in run.optimizer.param_groups:  # a group loaded from a checkpoint saved without lr_scale has none
             group["lr"] = run.lr * group.get("lr_scale", 1.0)
         for micro in range(accumulation):

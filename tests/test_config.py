@@ -262,8 +262,8 @@ def test_aliases_of_the_original_keys_and_values(tmp_path):
 @pytest.mark.parametrize("line, expected", [
     ("dataset-percentage = 0", "dataset-percentage = 0.0: expected a number in (0, 1]"),
     ("val-dataset-percentage = 1.5", "val-dataset-percentage = 1.5: expected a number in (0, 1]"),
-    ("lr-scheduler = steplr:10", "lr-scheduler = 'steplr:10': expected cosine, none or steplr:STEP:GAMMA"),
-    ("lr-scheduler = linear", "lr-scheduler = 'linear': expected cosine, none or steplr:STEP:GAMMA"),
+    ("lr-scheduler = steplr:10", "lr-scheduler = 'steplr:10': expected cosine, linear, none (constant)"),
+    ("lr-scheduler = linear:3", "lr-scheduler = 'linear:3': expected cosine, linear, none"),
     ("lr-scheduler = steplr:0:0.5", "lr-scheduler = 'steplr:0:0.5': expected cosine"),
     ("run-id = a/b", "run-id = 'a/b': expected a directory name"),
     ("run-id = ..", "run-id = '..': expected a directory name"),

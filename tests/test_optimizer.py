@@ -1,18 +1,20 @@
 """src/optimizer.py: AdamW's parameter groups (weight decay on matrices, layer-lr-decay), each
 learning-rate schedule as a pure function, and epochs and warmup-ratio turned into steps."""
 import dataclasses
+import re
 
 import numpy as np
 import pytest
 
 from config import Config
+from errors import UserError
 from model import BertForSequenceClassification, ModelConfig
-from optimizer import budget_lr, cosine_lr, learning_rate, make_optimizer, with_run_length
+from optimizer import learning_rate, make_optimizer, micro_batches, with_run_length
 
 
-def test_cosine_lr_warms_up_linearly_then_decays_to_the_minimum():
+def test_cosine_warms_up_linearly_then_decays_to_the_minimum():
     config = Config(learning_rate=1e-3, min_learning_rate=1e-4, warmup_iters=10, lr_decay_iters=100)
-    rates = [cosine_lr(step, config) for step in range(120)]
+    rates = [learning_rate(step, 0.0, config) for step in range(120)]
 
     warmup = np.array(rates[:11])
     assert 0 < warmup[0] < warmup[-1]
@@ -24,10 +26,10 @@ def test_cosine_lr_warms_up_linearly_then_decays_to_the_minimum():
     assert rates[100:] == [pytest.approx(1e-4)] * 20
 
 
-def test_cosine_lr_without_warmup_starts_at_the_peak():
+def test_cosine_without_warmup_starts_at_the_peak():
     config = Config(learning_rate=1e-3, min_learning_rate=0.0, warmup_iters=0, lr_decay_iters=50)
-    assert cosine_lr(0, config) == pytest.approx(1e-3)
-    assert cosine_lr(50, config) == 0.0
+    assert learning_rate(0, 0.0, config) == pytest.approx(1e-3)
+    assert learning_rate(50, 0.0, config) == 0.0
 
 
 def optimizer_settings(model, config: Config) -> dict[str, dict]:
@@ -75,16 +77,71 @@ def test_the_learning_rate_schedulers():
 
 def test_budget_schedule_follows_the_share_spent_and_reaches_the_floor_at_the_end():
     config = Config(time_budget="10m", learning_rate=1e-3, min_learning_rate=1e-4, warmup_iters=9)
-    assert budget_lr(0, 0.0, config) == pytest.approx(1e-4)  # the first tenth of the ramp
-    assert budget_lr(9, 0.0, config) == pytest.approx(1e-3)  # warmed up, nothing spent: the peak
-    assert budget_lr(500, 0.5, config) == pytest.approx((1e-3 + 1e-4) / 2)  # halfway: the cosine's middle
-    assert budget_lr(10**6, 1.0, config) == pytest.approx(1e-4)
-    assert budget_lr(10**6, 1.7, config) == pytest.approx(1e-4)  # past the end: stays at the floor
-    after_warmup = [budget_lr(100, spent / 20, config) for spent in range(21)]
+    assert learning_rate(0, 0.0, config) == pytest.approx(1e-4)  # the first tenth of the ramp
+    assert learning_rate(9, 0.0, config) == pytest.approx(1e-3)  # warmed up, nothing spent: the peak
+    assert learning_rate(500, 0.5, config) == pytest.approx((1e-3 + 1e-4) / 2)  # halfway: the cosine's middle
+    assert learning_rate(10**6, 1.0, config) == pytest.approx(1e-4)
+    assert learning_rate(10**6, 1.7, config) == pytest.approx(1e-4)  # past the end: stays at the floor
+    after_warmup = [learning_rate(100, spent / 20, config) for spent in range(21)]
     assert after_warmup == sorted(after_warmup, reverse=True)
     # The step does not matter past warmup; without a budget the step does.
     assert learning_rate(50, 0.3, config) == learning_rate(5000, 0.3, config)
     assert learning_rate(50, 0.3, Config()) != learning_rate(5000, 0.3, Config())
+
+
+def test_linear_decay_is_a_straight_line_from_the_peak_to_the_floor():
+    config = Config(lr_scheduler="linear", learning_rate=1e-3, min_learning_rate=1e-4, warmup_iters=10,
+                    lr_decay_iters=100)
+    rates = [learning_rate(step, 0.0, config) for step in range(120)]
+    assert rates[4] == pytest.approx(1e-3 * 5 / 11)  # the same warmup as the cosine's
+    assert rates[10] == pytest.approx(1e-3)
+    assert rates[55] == pytest.approx((1e-3 + 1e-4) / 2)
+    assert np.allclose(np.diff(rates[10:101]), -(1e-3 - 1e-4) / 90)
+    assert rates[100:] == [pytest.approx(1e-4)] * 20
+    budget = dataclasses.replace(config, time_budget="10m")
+    assert learning_rate(500, 0.25, budget) == pytest.approx(1e-3 - 0.25 * 9e-4)
+
+
+def test_one_cycle_rises_to_the_peak_at_its_share_of_the_run_then_falls_to_the_floor():
+    config = Config(lr_scheduler="one-cycle:0.25", learning_rate=1e-3, min_learning_rate=1e-4, warmup_iters=300,
+                    lr_decay_iters=100)
+    rates = [learning_rate(step, 0.0, config) for step in range(121)]
+    assert rates[0] == pytest.approx(1e-4)  # starts at the floor: warmup-iters plays no part
+    assert rates[25] == pytest.approx(1e-3) == max(rates)
+    assert np.allclose(np.diff(rates[:26]), 9e-4 / 25)
+    assert np.allclose(np.diff(rates[25:101]), -9e-4 / 75)
+    assert rates[100:] == [pytest.approx(1e-4)] * 21
+    budget = dataclasses.replace(config, lr_scheduler="one-cycle", time_budget="10m")  # the peak at half by default
+    assert [learning_rate(7, spent, budget) for spent in (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)] == pytest.approx(
+        [1e-4, 5.5e-4, 1e-3, 5.5e-4, 1e-4, 1e-4])
+
+
+@pytest.mark.parametrize("value", ["one-cycle:0", "one-cycle:1", "one-cycle:x", "one-cycle:0.3:2", "linear:5",
+                                   "triangle", "steplr:0:0.5"])
+def test_a_bad_scheduler_is_one_line_naming_the_forms(value):
+    with pytest.raises(UserError, match="lr-scheduler.*one-cycle\\[:PEAK\\]"):
+        Config(lr_scheduler=value)
+
+
+def test_batch_ramp_is_a_staircase_from_one_micro_batch_to_grad_accum_steps():
+    config = Config(grad_accum_steps=4, batch_ramp=0.6, lr_decay_iters=100, warmup_iters=0)
+    counts = [micro_batches(step, 0.0, config) for step in range(120)]
+    assert counts[:20] == [1] * 20 and counts[20:40] == [2] * 20 and counts[40:60] == [3] * 20
+    assert counts[60:] == [4] * 60  # full at 60% of the run, and after its end
+    budget = dataclasses.replace(config, time_budget="10m")  # the share of the budget spent decides
+    assert [micro_batches(0, spent, budget) for spent in (0.0, 0.19, 0.2, 0.59, 0.6, 1.2)] == [1, 1, 2, 3, 4, 4]
+    assert micro_batches(0, 0.0, Config(grad_accum_steps=4)) == 4  # no ramp
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"batch_ramp": 0.6}, "batch-ramp = 0.6 needs grad-accum-steps above 1"),
+    ({"batch_ramp": 0.5, "grad_accum_steps": 2, "epochs": 3, "task_type": "sst2"},
+     "batch-ramp = 0.5 and epochs = 3: a ramp changes the steps an epoch takes"),
+    ({"batch_ramp": 1.5, "grad_accum_steps": 2}, "batch-ramp = 1.5: expected a number in [0, 1]"),
+])
+def test_a_batch_ramp_without_room_to_grow_is_one_line(settings, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        Config(**settings)
 
 
 def test_epochs_set_the_run_length_in_steps_and_warmup_ratio_a_share_of_them():

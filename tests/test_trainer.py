@@ -132,22 +132,24 @@ def run_to(steps: int, *extra: str):
     main.main(["--max-iters", str(steps), *extra])
 
 
-def check_resume_equivalence(mlm_workdir_factory, tmp_path, monkeypatch, losses, **settings):
-    """Losses of steps N+1..2N: one run of 2N steps vs N steps, then resumed to 2N."""
+def check_resume_equivalence(mlm_workdir_factory, tmp_path, monkeypatch, losses, micro_steps: int = 10,
+                             **settings):
+    """Losses of the micro-steps of steps N+1..2N: one run of 2N steps vs N steps, then resumed to 2N."""
     n = 5
     settings = {"lr_decay_iters": 2 * n, "val_interval": n, **settings}
     monkeypatch.chdir(mlm_workdir_factory(tmp_path / "straight", **settings))
     run_to(2 * n)
     straight = losses[:]
-    assert len(straight) == 2 * n
+    assert len(straight) == micro_steps
 
     monkeypatch.chdir(mlm_workdir_factory(tmp_path / "resumed", **settings))
     losses.clear()
     run_to(n)
-    assert losses == straight[:n]  # the same start; else the comparison below means nothing
+    first = len(losses)
+    assert losses == straight[:first]  # the same start; else the comparison below means nothing
     losses.clear()
     run_to(2 * n, "--cp", "runs/run0/checkpoints/checkpoint.pt")
-    assert np.allclose(losses, straight[n:], rtol=0, atol=1e-5), (losses, straight[n:])
+    assert np.allclose(losses, straight[first:], rtol=0, atol=1e-5), (losses, straight[first:])
     assert load(Path("runs/run0/checkpoints/checkpoint.pt"))["step"] == 2 * n
     assert not Path("runs/run1").exists()  # a resumed run writes into its own run directory
     log = Path("runs/run0/logs/log.txt").read_text(encoding="utf-8")
@@ -164,6 +166,18 @@ def test_resume_with_dropout_continues_exactly(mlm_workdir_factory, tmp_path, mo
                                                keep_signal_handlers):
     """The global torch RNG (dropout) is restored too."""
     check_resume_equivalence(mlm_workdir_factory, tmp_path, monkeypatch, training_losses, dropout=0.1)
+
+
+def test_resume_in_the_middle_of_a_batch_ramp_continues_exactly(mlm_workdir_factory, tmp_path, monkeypatch,
+                                                                training_losses, keep_signal_handlers,
+                                                                skip_flops_measurement):
+    """The step's batch follows the step: 1, 1, 1, 1, 2, 2, 2, 2, 3, 3 micro-batches (ramped by 80% of 10
+    steps), and a run resumed at step 5, in the middle of the ramp, draws the same samples from there."""
+    check_resume_equivalence(mlm_workdir_factory, tmp_path, monkeypatch, training_losses, micro_steps=18,
+                             dropout=0.0, grad_accum_steps=3, batch_ramp=0.8)
+    log = Path("runs/run0/logs/log.txt").read_text(encoding="utf-8")
+    assert "ramped up from 16 by 80% of the run" in log
+    assert load(Path("runs/run0/checkpoints/checkpoint.pt"))["data_position"]["sample"] == 18 * 16
 
 
 def logged_curve(run_dir: Path) -> dict[int, tuple]:
