@@ -20,7 +20,8 @@ run reached, so runs of different lengths are compared at the same step; "best" 
 loss (the highest value of other metrics) up to that step. p is Welch's t-test on the final
 values of each group against the first group (that of the first run given), not corrected for
 multiple comparisons; it is - where either group has fewer than 2 runs. Runs scored with --test
-add a table per test metric (the latest test_metrics_step*.json in the run directory). A run
+add a table per test metric (the latest test_metrics_step*.json in the run directory); --target
+METRIC:VALUE a table of the steps, tokens and minutes of training each group took to reach it. A run
 without validation scalars (it died before its first validation) is left out with a warning. A
 resumed run's event files are merged: from the step it resumed at on, the later file's values
 replace the earlier ones.
@@ -38,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from config import INI_KEYS, ini_text  # noqa: E402
+from config import INI_KEYS, Target, ini_text, lower_is_better, parse_target  # noqa: E402
 from ini import load_config  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from atomic import atomic_write  # noqa: E402
@@ -50,6 +51,7 @@ NOT_GROUPED_BY_DEFAULT = {"seed", "max-iters", "base-dir", "vocab", "log-interva
                           "max-checkpoints", "wandb", "dist-master-addr", "dist-master-port",
                           "async-to-device", "case"}
 TOKENS_TAG = "val/tokens"  # the x axis of the token plots, not a metric
+ELAPSED_TAG = "val/elapsed"  # training seconds at each validation, not a metric
 MISSING = "–"
 
 
@@ -65,7 +67,7 @@ class RunData:
         return max((int(steps[-1]) for steps, _ in self.scalars.values()), default=0)
 
     def metrics(self) -> list[str]:
-        return [tag for tag in self.scalars if tag.startswith("val/") and tag != TOKENS_TAG]
+        return [tag for tag in self.scalars if tag.startswith("val/") and tag not in (TOKENS_TAG, ELAPSED_TAG)]
 
 
 # ----------------------------------------------------------------------------- reading runs
@@ -199,10 +201,6 @@ def metric_tags(runs: list[RunData], requested: list[str] | None) -> list[str]:
 
 # ----------------------------------------------------------------------------- statistics
 
-def lower_is_better(tag: str) -> bool:
-    return "loss" in tag or "perplexity" in tag
-
-
 def value_at(run: RunData, tag: str, step: int) -> float:
     """The run's value at its last validation at or before `step`."""
     steps, values = run.scalars[tag]
@@ -248,9 +246,9 @@ def number(value: float, digits: str = ".4f") -> str:
     return MISSING if math.isnan(value) else format(value, digits)
 
 
-def mean_std_text(values: list[float]) -> str:
+def mean_std_text(values: list[float], digits: str = ".4f") -> str:
     mean, std = mean_and_std(values)
-    return f"{number(mean)} ± {number(std)}"
+    return f"{number(mean, digits)} ± {number(std, digits)}"
 
 
 def steps_reached(runs: list[RunData]) -> str:
@@ -295,7 +293,40 @@ def test_table(groups: dict[str, list[RunData]], tag: str) -> list[str]:
     return lines + [""]
 
 
-def summary_markdown(groups: dict[str, list[RunData]], tags: list[str], left_out: list[str]) -> str:
+def time_to_target(run: RunData, target: Target) -> tuple[int, float, float] | None:
+    """(step, tokens, minutes of training) at the run's first validation that reached the target, or None;
+    minutes are nan for a run that did not log its training time (made before val/elapsed was)."""
+    tag = f"val/{target.metric}"
+    steps, values = run.scalars[tag]
+    reached = [step for step, value in zip(steps, values) if target.reached({target.metric: value})]
+    if not reached:
+        return None
+    step = int(reached[0])
+    at = {name: dict(zip(*run.scalars[name])) if name in run.scalars else {} for name in (TOKENS_TAG, ELAPSED_TAG)}
+    return step, at[TOKENS_TAG].get(step, math.nan), at[ELAPSED_TAG].get(step, math.nan) / 60
+
+
+def target_table(groups: dict[str, list[RunData]], target: Target) -> list[str]:
+    """Steps, tokens and minutes to the target per group: MLPerf's comparison of recipes. A run is
+    counted at its first validation at or past the target, so the resolution is val-interval."""
+    tag = f"val/{target.metric}"
+    lines = [f"## time to target: {tag} {'<=' if lower_is_better(tag) else '>='} {target.value:g}", "",
+             "Each run at its first validation that reached the target; means over the runs that reached it.", "",
+             "| group | reached | steps | tokens (M) | minutes of training |", "|---|---:|---:|---:|---:|"]
+    for label, runs in groups.items():
+        times = [time_to_target(run, target) for run in runs if tag in run.scalars]
+        reached = [found for found in times if found is not None]
+        columns = [MISSING] * 3
+        if reached:
+            steps, tokens, minutes = zip(*reached)
+            columns = [mean_std_text(steps, ".0f"), mean_std_text([count / 1e6 for count in tokens], ".1f"),
+                       mean_std_text(minutes, ".1f")]
+        lines.append(f"| {label} | {len(reached)} of {len(times)} | {' | '.join(columns)} |")
+    return lines + [""]
+
+
+def summary_markdown(groups: dict[str, list[RunData]], tags: list[str], left_out: list[str],
+                     target: Target | None = None) -> str:
     count = sum(len(runs) for runs in groups.values())
     lines = [f"# Comparison of {count} runs in {len(groups)} groups", ""]
     for label, runs in groups.items():
@@ -303,6 +334,8 @@ def summary_markdown(groups: dict[str, list[RunData]], tags: list[str], left_out
     lines += [f"- left out: {note}" for note in left_out] + [""]
     for tag in tags:
         lines += metric_table(groups, tag)
+    if target is not None:
+        lines += target_table(groups, target)
     for tag in dict.fromkeys(tag for runs in groups.values() for run in runs for tag in run.tests):
         lines += test_table(groups, tag)
     return "\n".join(lines)
@@ -384,7 +417,20 @@ def parse_args(argv=None):
                         help="validation metrics to compare, e.g. loss accuracy (default: every val/* scalar)")
     parser.add_argument("-o", "--output", type=Path, default=Path("comparison"), metavar="OUTDIR",
                         help="directory for the plots and summary.md (default: ./comparison)")
+    parser.add_argument("--target", metavar="METRIC:VALUE",
+                        help="a table of the steps, tokens and minutes each group took to reach it (accuracy:0.35)")
     return parser.parse_args(argv)
+
+
+def checked_target(text: str | None, runs: list[RunData]) -> Target | None:
+    try:
+        target = parse_target(text or "")
+    except ValueError:
+        raise UserError(f"--target {text}: expected METRIC:VALUE, a validation metric and a number "
+                        f"(accuracy:0.35)") from None
+    if target is not None and not any(f"val/{target.metric}" in run.scalars for run in runs):
+        raise UserError(f"--target {text}: no run has val/{target.metric}")
+    return target
 
 
 @exit_on_user_error
@@ -395,13 +441,14 @@ def main(argv=None) -> str:
     for note in left_out:
         print(f"warning: {note}; left out", file=sys.stderr)
     tags = metric_tags(runs, args.metric)
+    target = checked_target(args.target, runs)
     groups = group_runs(runs, group_keys if group_keys is not None else differing_keys(runs))
     try:
         args.output.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise UserError(f"{args.output}: cannot create output directory ({error.strerror})") from None
     written = write_plots(groups, tags, args.output)
-    summary = summary_markdown(groups, tags, left_out)
+    summary = summary_markdown(groups, tags, left_out, target)
     summary_path = args.output / "summary.md"
     atomic_write(summary_path, lambda temp: temp.write_text(summary, encoding="utf-8"))
     print(summary)

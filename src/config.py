@@ -109,6 +109,43 @@ def parse_scheduler(text: str) -> Schedule:
     raise ValueError(f"not a scheduler: {text!r}")
 
 
+def lower_is_better(metric: str) -> bool:
+    """Whether a smaller value of a metric is better: losses and perplexities; accuracies, F1,
+    correlations are better larger."""
+    return "loss" in metric or "perplexity" in metric
+
+
+class Target(NamedTuple):
+    """A stop-at value read: a validation metric and the value that ends the run."""
+    metric: str
+    value: float
+
+    def reached(self, metrics: dict[str, float]) -> bool:
+        measured = metrics[self.metric]
+        return measured <= self.value if lower_is_better(self.metric) else measured >= self.value
+
+    def __str__(self) -> str:
+        return f"{self.metric}:{self.value:g}"
+
+
+def parse_target(text: str) -> Target | None:
+    """The Target of 'METRIC:VALUE' (accuracy:0.35), or None for ''."""
+    if not text.strip():
+        return None
+    metric, separator, value = text.strip().lower().rpartition(":")
+    if not (separator and re.fullmatch(r"[a-z_]+", metric)):
+        raise ValueError(f"not a target: {text!r}")
+    return Target(metric, float(value))
+
+
+def target_problem(text: str) -> str | None:
+    try:
+        parse_target(text)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
 def replacement_shares_problem(replace_mask: float, replace_random: float) -> str | None:
     """The shares of picked tokens shown as [MASK] and as a random token must leave room for the rest."""
     if replace_mask + replace_random > 1 + 1e-9:  # 0.7 + 0.3 may round up
@@ -236,6 +273,10 @@ class Config:
     max_iters: int = key(10_000, "optimizer steps in the whole run (with a time budget: a cap)", at_least(1))
     epochs: float = key(0.0, "fine-tuning: the run's length in passes over the training examples (sets max-iters "
                              "and lr-decay-iters); 0: max-iters", at_least(0))
+    stop_at: str = key("", "end the run at the first validation where METRIC reaches VALUE (accuracy:0.35, "
+                           "loss:4): time to a target, as MLPerf compares recipes; empty: never",
+                       Rule(lambda value: target_problem(value) is None,
+                            "METRIC:VALUE, a validation metric and a number (accuracy:0.35), or nothing"))
     time_budget: str = key("0", "training time for the whole run (90s, 30m, 2h); 0: none",
                            Rule(lambda value: duration_seconds(value) is not None,
                                 "a duration such as 90s, 30m or 2h (0: no budget)"))

@@ -21,7 +21,7 @@ import checkpoint as checkpoints
 import distributed
 import hardware
 from atomic import atomic_write
-from config import Config
+from config import Config, parse_target
 from errors import UserError
 from model import flops_per_token
 from optimizer import learning_rate, micro_batches
@@ -52,6 +52,7 @@ class Trainer:
         self.dtype = hardware.select_dtype(config.dtype, self.device)
         self.autocast = torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32)
         self.starter = RunStarter(config, task, self.dtype, rank, world_size)
+        self.target = parse_target(config.stop_at)
 
     def fit(self, checkpoint_path: Path | None = None, *, switch_training: bool = False,
             load_optimizer: bool = True, stop: StopRequest | None = None) -> Path:
@@ -76,6 +77,7 @@ class Trainer:
     def train(self, run: Run, stop: StopRequest):
         """The loop: lr for this step, micro-steps, clip, step; log, validate, save, stop."""
         config = self.config
+        self.check_target(run)
         batches = hardware.prefetch(self.task.train_batches(run.position), self.device, config.async_to_device)
         meter = run.meter = self.throughput_meter(run)
         clock = Clock(run.elapsed)
@@ -97,7 +99,12 @@ class Trainer:
                 progress.set_postfix(self.log_training(run, meter))
             if at_val:
                 with meter.paused(), clock.paused():
-                    self.validate(run)
+                    metrics = self.validate(run)
+                if self.target and self.target.reached(metrics):
+                    run.log(f"stop-at = {self.target} reached at step {run.step} (val {self.target.metric} "
+                            f"{metrics[self.target.metric]:.4f}): {run.elapsed / 60:.2f} minutes of training, "
+                            f"{run.tokens:,} tokens")
+                    break
             if stopping:
                 if not at_val:
                     self.save(run, "latest")
@@ -107,6 +114,15 @@ class Trainer:
         progress.close()
         if config.budget_seconds and run.elapsed >= config.budget_seconds:
             run.log(f"time-budget = {config.time_budget} spent at step {run.step}")
+
+    def check_target(self, run: Run):
+        """A stop-at metric the task's validation has, before the first step (one validation batch tells)."""
+        if self.target is None:
+            return
+        names = self.task.evaluate(run.compiled, self.task.eval_batches("val", 1), self.autocast)
+        if self.target.metric not in names:
+            raise UserError(f"stop-at = {self.config.stop_at}: task-type = {self.task.name} validates "
+                            f"{', '.join(names)}, not {self.target.metric}")
 
     def finished(self, run: Run) -> bool:
         """At max-iters, or when the time budget is spent."""
@@ -189,7 +205,7 @@ class Trainer:
         return corrected
 
     def validate(self, run: Run):
-        """Validation metrics in the log, predictions shown, best.pt and checkpoint.pt saved."""
+        """Validation metrics in the log, predictions shown, best.pt and checkpoint.pt saved; returns the metrics."""
         task = self.task
         # Past DDP: evaluation needs no gradient sync, and ranks may see different batch counts.
         model = run.compiled.module if isinstance(run.compiled, DistributedDataParallel) else run.compiled
@@ -198,7 +214,8 @@ class Trainer:
         if not math.isfinite(metrics["loss"]):  # never a best checkpoint, nor one to resume
             raise UserError(f"validation loss is not finite (nan or inf) at step {run.step}: run stopped; "
                             f"the last good checkpoint is in {run.checkpoints}")
-        scalars = {f"val/{name}": value for name, value in metrics.items()} | {"val/tokens": run.tokens}
+        scalars = {f"val/{name}": value for name, value in metrics.items()} | {"val/tokens": run.tokens,
+                                                                               "val/elapsed": run.elapsed}
         run.log.scalars(run.step, scalars)
         if self.rank == 0:
             run.log(task.show_predictions(model, self.autocast))
@@ -207,6 +224,7 @@ class Trainer:
             run.best = score
             self.save(run, "best")
         self.save(run, "latest")
+        return metrics
 
     def save(self, run: Run, kind: str):
         """best.pt, or checkpoint.pt with the older ones rotated; rank 0 writes, with every

@@ -1,5 +1,5 @@
-"""The comparison scripts run and measure something real: the bag-of-words baseline, bench.py and
-bench_finetune.py."""
+"""The comparison scripts run and measure something real: the bag-of-words baseline, bench.py,
+bench_finetune.py and bench_pretrain.py (transformers' pre-training recipe)."""
 import shutil
 
 import bench
@@ -112,3 +112,32 @@ def test_finetuning_side_by_side_fills_the_table_for_both_trainers(mlm_trained_r
     assert any(line.startswith("| mrpc | this program | ") for line in lines)
     assert any(line.startswith("| mrpc | transformers Trainer | ") for line in lines)
     assert any(line.startswith("mrpc: difference ") and "x our time" in line for line in lines)
+
+
+def test_transformers_recipe_pretrains_bert_and_writes_a_checkpoint_of_ours(mlm_workdir, tmp_path, capsys):
+    """run_mlm.py's recipe on the config's shards: BertForMaskedLM at the config's size, trained for the
+    steps asked, saved for transformers and converted into an MLM checkpoint of BERT's layout."""
+    import bench_pretrain
+    import checkpoint as checkpoints
+    from ini import load_config
+    from shards import read_shard
+    config = load_config(mlm_workdir / "config.ini", [])
+    rows = bench_pretrain.training_rows(config)
+    shard_rows = sum(len(read_shard(path)) for path in config.datasets_path.glob("train_*"))
+    assert len(rows) == shard_rows and rows[0]["input_ids"][0] == 2  # every sample, from [CLS] (id 2 here)
+
+    out = tmp_path / "anchor"
+    bench_pretrain.main(["--config", str(mlm_workdir / "config.ini"), "--max-steps", "6", "--learning-rate", "1e-3",
+                         "-o", str(out)])
+    saved = checkpoints.load(out / "checkpoint.pt")
+    architecture = saved["model_config"]
+    assert saved["task"] == "mlm" and saved["imported_from"] == str(out / "hf")
+    assert (architecture["norm"], architecture["position"], architecture["d_model"], architecture["n_layer"]) == (
+        "postln", "learned", config.d_model, config.n_layer)
+    assert (out / "hf" / "config.json").is_file() and (out / "hf" / "tokenizer.json").is_file()
+    assert "6 steps x 8 x" in capsys.readouterr().out
+
+    with pytest.raises(SystemExit) as exit_info:
+        bench_pretrain.main(["--config", str(mlm_workdir / "config.ini"), "--max-steps", "6", "-o", str(out)])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"error: {out} is not empty: choose a new -o directory\n"

@@ -135,8 +135,28 @@ def test_group_by_an_explicit_key_pools_what_differs_otherwise(runs, tmp_path):
     assert {label: cells[0] for label, cells in rows.items()} == {"seed=1": "2", "seed=2": "1"}
 
 
+def test_target_gives_the_steps_tokens_and_minutes_each_group_took(runs, tmp_path):
+    low = [runs["low_1"], runs["low_2"]]
+    accuracies = {run: dict(scalars(run)["val/accuracy"]) for run in low}
+    target = min(max(values.values()) for values in accuracies.values())  # both low runs reach it
+    summary, _ = compare(tmp_path, *low, runs["high_1"], "--target", f"accuracy:{target!r}")
+
+    firsts = [min(step for step, value in accuracies[run].items() if value >= target) for run in low]
+    tokens = [dict(scalars(run)["val/tokens"])[step] / 1e6 for run, step in zip(low, firsts)]
+    minutes = [dict(scalars(run)["val/elapsed"])[step] / 60 for run, step in zip(low, firsts)]
+    reached, steps, token_cell, minute_cell = table_rows(summary, "time to target")[LOW_MASK]
+    assert reached == "2 of 2"
+    assert mean_std_cell(steps) == pytest.approx((statistics.mean(firsts), statistics.stdev(firsts)), abs=0.5)
+    assert mean_std_cell(token_cell) == pytest.approx((statistics.mean(tokens), statistics.stdev(tokens)), abs=0.05)
+    assert mean_std_cell(minute_cell) == pytest.approx((statistics.mean(minutes), statistics.stdev(minutes)),
+                                                       abs=0.05)
+
+
 @pytest.mark.parametrize("arguments, message", [
     (["{tmp}"], "error: {tmp}: not a run directory (no config.ini and no logs/)"),
+    (["{run}", "--target", "accuracy"], "error: --target accuracy: expected METRIC:VALUE, a validation metric and "
+                                        "a number (accuracy:0.35)"),
+    (["{run}", "--target", "bleu:0.3"], "error: --target bleu:0.3: no run has val/bleu"),
     (["{run}", "--group-by", "mask_rat"], "error: --group-by mask-rat: not a config key (did you mean mask-rate?)"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(runs, tmp_path, arguments, message):

@@ -1,6 +1,7 @@
 """time-budget: the key (its schedule: test_optimizer.py), stopping with a
 checkpoint when the budget is spent (a fake clock: one second per training step, validation
-free), resume continuing the count, and two DDP ranks stopping together on rank 0's clock."""
+free), resume continuing the count, and two DDP ranks stopping together on rank 0's clock;
+stop-at, the run that ends when a validation metric reaches a target, with the time it took."""
 import pytest
 
 import checkpoint as checkpoints
@@ -13,6 +14,7 @@ from errors import UserError
 from mlm_task import MaskedLMTask
 from optimizer import learning_rate
 from test_distributed import run_main
+from test_trainer import scalars
 from trainer import Trainer
 
 
@@ -89,3 +91,38 @@ def test_two_ranks_stop_together_on_rank_0s_clock(mlm_workdir):
     assert saved["elapsed"] >= 4.0 and len(saved["rng_per_rank"]) == 2
     log = (mlm_workdir / "runs" / "run0" / "logs" / "log.txt").read_text(encoding="utf-8")
     assert f"time-budget = 4s spent at step {saved['step']}" in log
+
+
+def test_stop_at_ends_the_run_at_the_first_validation_past_the_target(mlm_workdir, fake_clock):
+    run_dir = main.run(load_config(None, ["--stop-at", "loss:100", "--max-iters", "1000", "--val-interval", "4"]),
+                       None, False)
+    saved = checkpoints.load(run_dir / "checkpoints" / "checkpoint.pt")
+    assert saved["step"] == 4
+    log = (run_dir / "logs" / "log.txt").read_text(encoding="utf-8")
+    tokens = saved["tokens"]
+    assert "stop-at = loss:100 reached at step 4 (val loss " in log
+    assert f"): 0.07 minutes of training, {tokens:,} tokens" in log  # 4 fake seconds; validation not charged
+    assert dict(scalars(run_dir)["val/elapsed"]) == {4: 4.0}
+
+
+def test_a_target_not_reached_leaves_the_run_to_its_length(mlm_workdir, fake_clock):
+    run_dir = main.run(load_config(None, ["--stop-at", "accuracy:1", "--max-iters", "8", "--val-interval", "4"]),
+                       None, False)
+    assert checkpoints.load(run_dir / "checkpoints" / "checkpoint.pt")["step"] == 8
+    assert "reached at step" not in (run_dir / "logs" / "log.txt").read_text(encoding="utf-8")
+
+
+def test_a_stop_at_metric_the_task_does_not_validate_is_one_line_before_the_first_step(mlm_workdir, capsys,
+                                                                                      skip_flops_measurement):
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(["--stop-at", "bleu:0.3", "--max-iters", "4"])
+    assert exit_info.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert errors == ["error: stop-at = bleu:0.3: task-type = mlm validates loss, accuracy, not bleu"]
+    assert not (mlm_workdir / "runs" / "run0").exists()
+
+
+@pytest.mark.parametrize("value", ["accuracy", "0.35", "accuracy:high", "val accuracy:0.3"])
+def test_a_malformed_stop_at_is_one_line(value):
+    with pytest.raises(UserError, match="stop-at = .*expected METRIC:VALUE"):
+        Config(stop_at=value)
