@@ -51,6 +51,7 @@ THEIR_TIED = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias") 
 
 OUR_LAYER = re.compile(r"encoder\.layers\.(\d+)\.(.+)")
 THEIR_LAYER = re.compile(r"bert\.encoder\.layer\.(\d+)\.(.+)")
+THEIR_QKV = re.compile(r"attention\.self\.(query|key|value)\.(weight|bias)")  # other attention.self weights: unused
 
 
 def to_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -82,9 +83,8 @@ def from_hf(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], li
         layer = THEIR_LAYER.fullmatch(name)
         if name in inverse:
             ours[inverse[name]] = tensor
-        elif layer and layer.group(2).startswith("attention.self."):
-            part, kind = layer.group(2).removeprefix("attention.self.").split(".")
-            qkv.setdefault((int(layer.group(1)), kind), {})[part] = tensor
+        elif layer and (part := THEIR_QKV.fullmatch(layer.group(2))):
+            qkv.setdefault((int(layer.group(1)), part.group(2)), {})[part.group(1)] = tensor
         elif layer and layer.group(2) in inverse_layer:
             ours[f"encoder.layers.{layer.group(1)}.{inverse_layer[layer.group(2)]}"] = tensor
         elif name not in THEIR_TIED and not name.endswith("position_ids"):

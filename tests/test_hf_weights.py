@@ -44,9 +44,11 @@ def test_attention_keeps_query_key_and_value_in_one_matrix_in_that_order(ours):
 def test_a_bare_encoders_names_are_taken_and_what_we_cannot_use_is_named(ours):
     theirs = {name.removeprefix("bert."): tensor for name, tensor in to_hf(ours).items() if name.startswith("bert.")}
     theirs |= {"embeddings.position_ids": torch.arange(16), "cls.predictions.decoder.weight": torch.zeros(1),
-               "encoder.layer.0.crossattention.self.query.weight": torch.zeros(1)}  # BERT as a decoder
+               "encoder.layer.0.crossattention.self.query.weight": torch.zeros(1),  # BERT as a decoder
+               "encoder.layer.1.attention.self.distance_embedding.weight": torch.zeros(1)}  # relative positions
     back, unused = from_hf(theirs)
-    assert unused == ["bert.encoder.layer.0.crossattention.self.query.weight"]
+    assert unused == ["bert.encoder.layer.0.crossattention.self.query.weight",
+                      "bert.encoder.layer.1.attention.self.distance_embedding.weight"]
     assert torch.equal(back["encoder.layers.0.attention.qkv.bias"], ours["encoder.layers.0.attention.qkv.bias"])
     assert "head.token_embedding.weight" not in back  # no MLM head, so nothing to tie
 
