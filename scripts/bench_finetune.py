@@ -9,12 +9,13 @@ this program (src/main.py's run), and by transformers' Trainer as run_glue.py dr
 learning rate, batch size, steps, warmup, cosine decay to min-learning-rate, weight decay, Adam
 betas, gradient clip, dropout, dtype, length-grouped batches, validation every val-interval steps
 with the best model kept), each then scored on the test split. Tasks: SST-2 from the demo's data,
-and a sentence-pair task built from the same sentences (do the two sentences agree in sentiment?
-MRPC's layout and metrics: F1 and accuracy), so that segment ids and pair encoding are compared too;
+and a sentence-pair task built from the demo's IMDB reviews (do the two sentences come from the same
+review? MRPC's layout and metrics: F1 and accuracy), so that segment ids and pair encoding are compared too;
 GLUE's own pair tasks keep their test labels back. Prints the scores per seed, their means, Welch's p and the
 ratio of wall-clock times. Run it alone on the machine: the times are compared.
 """
 import argparse
+import re
 import statistics
 import sys
 import tempfile
@@ -44,17 +45,38 @@ RECIPE = ROOT / "etc" / "templates" / "config_sst2_cpu.ini"
 SPLITS = ("train", "validation", "test")
 
 
-def agreement_pairs(data_dir: Path, out_dir: Path, seed: int = 0) -> Path:
-    """MRPC's layout from the SST-2 sentences of data_dir: each sentence paired with a random other
-    of its split, label 1 where both have the same sentiment. Returns the glue directory."""
+PAIRS_PER_SPLIT = {"train": 6000, "validation": 800, "test": 800}
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def review_sentences(review: str) -> list[str]:
+    """A review's sentences of 5 to 40 words."""
+    return [sentence for sentence in SENTENCE_END.split(review.strip()) if 5 <= len(sentence.split()) <= 40]
+
+
+def same_review_pairs(corpus: Path, out_dir: Path, seed: int = 0) -> Path:
+    """MRPC's layout from the corpus's reviews (one a line): two sentences, label 1 where both come
+    from the same review, 0 where the second comes from another; the splits draw on disjoint reviews.
+    Learnable from what the sentences share (names, the film's words), and only from both of them
+    read together. Returns the glue directory."""
     rng = np.random.default_rng(seed)
-    for split in SPLITS:
-        examples = glue_data.read_split(data_dir, "sst2", split)
-        partner = rng.permutation(len(examples.first))
-        table = pa.table({"sentence1": examples.first, "sentence2": [examples.first[i] for i in partner],
-                          "label": (examples.labels == examples.labels[partner]).astype(np.int64),
-                          "idx": np.arange(len(partner))})
-        (out_dir / "mrpc").mkdir(parents=True, exist_ok=True)
+    with open(corpus, encoding="utf-8") as lines:
+        reviews = [sentences for sentences in map(review_sentences, lines) if len(sentences) >= 2]
+    needed = sum(PAIRS_PER_SPLIT.values())
+    if len(reviews) < 2 * needed:
+        raise UserError(f"{corpus}: {len(reviews):,} reviews with two sentences of 5-40 words; "
+                        f"the pair task needs {2 * needed:,}")
+    order, start = rng.permutation(len(reviews)), 0
+    (out_dir / "mrpc").mkdir(parents=True, exist_ok=True)
+    for split, count in PAIRS_PER_SPLIT.items():
+        firsts, others = order[start:start + count], order[start + count:start + 2 * count]
+        start += 2 * count
+        labels = rng.integers(0, 2, count)
+        pairs = [rng.choice(reviews[first], 2, replace=False) if label else
+                 (rng.choice(reviews[first]), rng.choice(reviews[other]))
+                 for first, other, label in zip(firsts, others, labels)]
+        table = pa.table({"sentence1": [str(a) for a, _ in pairs], "sentence2": [str(b) for _, b in pairs],
+                          "label": labels.astype(np.int64), "idx": np.arange(count)})
         pq.write_table(table, out_dir / "mrpc" / f"{split}-00000-of-00001.parquet")
     return out_dir
 
@@ -126,7 +148,7 @@ def compare(args, checkpoint: dict, work: Path):
                     for item in (f"--{key.replace('_', '-')}", str(checkpoint["model_config"][key]))]
     data_dirs = {"sst2": args.base_dir / "datasets"}
     if "mrpc" in args.tasks:
-        data_dirs["mrpc"] = agreement_pairs(data_dirs["sst2"], work / "pairs")
+        data_dirs["mrpc"] = same_review_pairs(args.base_dir / "input" / "imdb.txt", work / "pairs")
     print("| task | fine-tuned by | test score (mean +- sd) | per seed | seconds (median) |\n|---|---|---|---|---|")
     for task in args.tasks:
         results = {"this program": ([], []), "transformers Trainer": ([], [])}

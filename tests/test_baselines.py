@@ -5,6 +5,7 @@ import shutil
 import bench
 import bench_finetune
 import glue_data
+from errors import UserError
 import bow_baseline
 import make_demo
 import pytest
@@ -88,21 +89,35 @@ def test_peak_memory_is_measured_in_a_fresh_process():
     assert 10 < mib < 4000  # at least the 15 MiB token embedding with its gradient and AdamW state
 
 
-def test_agreement_pairs_label_whether_two_sentences_share_a_sentiment(rotten_tomatoes, tmp_path):
-    make_demo.write_sst2(tmp_path / "sst2", rotten_tomatoes, seed=123)
-    bench_finetune.agreement_pairs(tmp_path / "sst2", tmp_path / "glue")
-    for split in ("train", "validation", "test"):
-        single = glue_data.read_split(tmp_path / "sst2", "sst2", split)
+def test_same_review_pairs_label_whether_two_sentences_come_from_one_review(imdb_reviews, tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_finetune, "PAIRS_PER_SPLIT", {"train": 300, "validation": 100, "test": 100})
+    (tmp_path / "imdb.txt").write_text("\n".join(imdb_reviews) + "\n", encoding="utf-8")
+    bench_finetune.same_review_pairs(tmp_path / "imdb.txt", tmp_path / "glue")
+    review_of = {}
+    for number, review in enumerate(imdb_reviews):
+        for sentence in bench_finetune.review_sentences(review):
+            review_of.setdefault(sentence, set()).add(number)
+    sentences = {}
+    for split, count in (("train", 300), ("validation", 100), ("test", 100)):
         pairs = glue_data.read_split(tmp_path / "glue", "mrpc", split)
-        assert pairs.first == single.first and sorted(pairs.second) == sorted(single.first)
-        sentiment = dict(zip(single.first, single.labels))
-        assert [int(sentiment[a] == sentiment[b]) for a, b in zip(pairs.first, pairs.second)] == pairs.labels.tolist()
-        assert 0.3 < pairs.labels.mean() < 0.7
+        assert len(pairs.first) == count and 0.35 < pairs.labels.mean() < 0.65
+        for a, b, label in zip(pairs.first, pairs.second, pairs.labels):
+            assert a != b and bool(review_of[a] & review_of[b]) == bool(label)
+        sentences[split] = set(pairs.first) | set(pairs.second)
+    shared = sentences["test"] & (sentences["train"] | sentences["validation"])
+    assert len(shared) <= 2  # the splits draw on disjoint reviews (a stock sentence may recur)
+
+    monkeypatch.setattr(bench_finetune, "PAIRS_PER_SPLIT", {"train": 5000})
+    with pytest.raises(UserError, match="reviews with two sentences of 5-40 words; the pair task needs 10,000$"):
+        bench_finetune.same_review_pairs(tmp_path / "imdb.txt", tmp_path / "glue2")
 
 
-def test_finetuning_side_by_side_fills_the_table_for_both_trainers(mlm_trained_run, rotten_tomatoes, tmp_path,
-                                                                    capsys):
+def test_finetuning_side_by_side_fills_the_table_for_both_trainers(mlm_trained_run, rotten_tomatoes, imdb_reviews,
+                                                                    tmp_path, capsys, monkeypatch):
     shutil.copytree(mlm_trained_run / "vocab", tmp_path / "vocab")  # the runs it makes land in tmp_path/runs
+    (tmp_path / "input").mkdir()
+    (tmp_path / "input" / "imdb.txt").write_text("\n".join(imdb_reviews) + "\n", encoding="utf-8")
+    monkeypatch.setattr(bench_finetune, "PAIRS_PER_SPLIT", {"train": 64, "validation": 32, "test": 32})
     make_demo.write_sst2(tmp_path / "datasets", rotten_tomatoes, seed=123)
     checkpoint = mlm_trained_run / "runs" / "run0" / "checkpoints" / "checkpoint.pt"
     bench_finetune.main(["--cp", str(checkpoint), "--base-dir", str(tmp_path), "--seeds", "1", "--tasks", "mrpc",
