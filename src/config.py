@@ -146,6 +146,42 @@ def target_problem(text: str) -> str | None:
     return None
 
 
+class Curriculum(NamedTuple):
+    """A seq-len-curriculum value read: rows of `length` tokens for the first `share` of the run."""
+    length: int
+    share: float
+
+
+def parse_curriculum(text: str) -> Curriculum | None:
+    """The Curriculum of 'LENGTH:SHARE' (64:0.5), or None for ''."""
+    if not text.strip():
+        return None
+    length, separator, share = text.strip().partition(":")
+    curriculum = Curriculum(int(length), float(share)) if separator else None
+    if curriculum is None or curriculum.length < 2 or not 0 < curriculum.share <= 1:
+        raise ValueError(f"not a curriculum: {text!r}")
+    return curriculum
+
+
+def curriculum_problem(values: dict) -> str | None:
+    """A curriculum cuts whole rows of plain MLM batches into equal pieces."""
+    text = values["seq_len_curriculum"]
+    try:
+        curriculum = parse_curriculum(text)
+    except ValueError:
+        return (f"seq-len-curriculum = {text}: expected LENGTH:SHARE, a length that divides seq-len and a share "
+                f"of the run in (0, 1] (64:0.5)")
+    if curriculum is None:
+        return None
+    if curriculum.length >= values["seq_len"] or values["seq_len"] % curriculum.length:
+        return (f"seq-len-curriculum = {text}: {curriculum.length} must divide seq-len = {values['seq_len']} "
+                f"and be shorter")
+    if values["task_type"] != "mlm" or values["masking"] != "dynamic" or values["sentence_objective"] != "none":
+        return (f"seq-len-curriculum = {text} goes with task-type = mlm, masking = dynamic and "
+                f"sentence-objective = none: stored masks and sentence pairs do not survive cutting rows")
+    return None
+
+
 def replacement_shares_problem(replace_mask: float, replace_random: float) -> str | None:
     """The shares of picked tokens shown as [MASK] and as a random token must leave room for the rest."""
     if replace_mask + replace_random > 1 + 1e-9:  # 0.7 + 0.3 may round up
@@ -170,6 +206,7 @@ CROSS_FIELD_RULES = (
     f"epochs = {v['epochs']} goes with a fine-tuning task, not task-type = {v['task_type']} (use max-iters)",
     lambda v: None if not (v["epochs"] and duration_seconds(v["time_budget"])) else
     f"epochs = {v['epochs']} and time-budget = {v['time_budget']}: give one run length, not both",
+    curriculum_problem,
     lambda v: None if not v["batch_ramp"] or v["grad_accum_steps"] > 1 else
     f"batch-ramp = {v['batch_ramp']} needs grad-accum-steps above 1: the ramp grows the step from one "
     f"micro-batch to grad-accum-steps of them",
@@ -231,6 +268,8 @@ class Config:
     # MLM samples fill seq-len, so only fine-tuning batches gain from grouping by length.
     length_grouping: bool = key(True, "fine-tuning: training batches of sentences of similar length")
     grad_accum_steps: int = key(1, "micro-batches summed into one optimizer step", at_least(1))
+    seq_len_curriculum: str = key("", "pre-training: LENGTH:SHARE cuts each row into rows of LENGTH tokens for that "
+                                      "share of the run, then trains on whole rows (64:0.5); empty: whole rows")
     batch_ramp: float = key(0.0, "pre-training: steps grow from one micro-batch to grad-accum-steps of them by this "
                                  "share of the run (Cramming: 0.6); 0: every step has grad-accum-steps",
                             within(0, 1))

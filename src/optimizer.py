@@ -1,12 +1,12 @@
-"""The optimizer and its schedules: AdamW's parameter groups; the learning rate and the batch
-ramp, each a pure function of the step, the share of the time budget spent and the config."""
+"""The optimizer and its schedules: AdamW's parameter groups; the learning rate, the batch ramp and
+the length curriculum, each a pure function of the step, the share of the time budget spent and the config."""
 import dataclasses
 import math
 
 import torch
 from torch import nn
 
-from config import Config, parse_scheduler
+from config import Config, parse_curriculum, parse_scheduler
 
 
 def make_optimizer(model: nn.Module, config: Config, log) -> torch.optim.AdamW:
@@ -108,6 +108,15 @@ def micro_batches(step: int, spent: float, config: Config) -> int:
         return config.grad_accum_steps
     share = run_progress(step, spent, config) / config.batch_ramp
     return min(config.grad_accum_steps, 1 + math.floor((config.grad_accum_steps - 1) * share))
+
+
+def sequence_length(step: int, spent: float, config: Config) -> int:
+    """The row length of the step: seq-len-curriculum's LENGTH for its SHARE of the run, else seq-len
+    (short rows first: a small model learns local context sooner, as BabyLM's entries found)."""
+    curriculum = parse_curriculum(config.seq_len_curriculum)
+    if curriculum and run_progress(step, spent, config) < curriculum.share:
+        return curriculum.length
+    return config.seq_len
 
 
 def with_run_length(config: Config, train_examples: int, world_size: int) -> Config:

@@ -24,7 +24,8 @@ from atomic import atomic_write
 from config import Config, parse_target
 from errors import UserError
 from model import flops_per_token
-from optimizer import learning_rate, micro_batches
+from lm_data import cut_rows
+from optimizer import learning_rate, micro_batches, sequence_length
 from run_start import Run, RunStarter
 from stop_request import StopRequest
 from task import Task
@@ -130,15 +131,19 @@ class Trainer:
         return run.step >= self.config.max_iters or bool(budget and run.elapsed >= budget)
 
     def train_step(self, run: Run, batches, meter: "Throughput"):
-        """One optimizer step over its micro-batches (grad-accum-steps, or batch-ramp's); no host sync."""
+        """One optimizer step over its micro-batches (grad-accum-steps, or batch-ramp's), of rows of
+        seq-len (or seq-len-curriculum's); no host sync."""
         config, budget = self.config, self.config.budget_seconds
         spent = run.elapsed / budget if budget else 0.0
         run.lr = learning_rate(run.step, spent, config, run.resumed_at)
         accumulation = micro_batches(run.step, spent, config)
+        length = sequence_length(run.step, spent, config)
         for group in run.optimizer.param_groups:  # a group loaded from a checkpoint saved without lr_scale has none
             group["lr"] = run.lr * group.get("lr_scale", 1.0)
         for micro in range(accumulation):
             run.position, batch = next(batches)
+            if length < config.seq_len:
+                batch = cut_rows(batch, length)
             run.tokens += batch["input_ids"].numel() * self.world_size
             last = micro == accumulation - 1
             with nullcontext() if last or self.world_size == 1 else run.compiled.no_sync():

@@ -9,7 +9,7 @@ import pytest
 from config import Config
 from errors import UserError
 from model import BertForSequenceClassification, ModelConfig
-from optimizer import learning_rate, make_optimizer, micro_batches, with_run_length
+from optimizer import learning_rate, make_optimizer, micro_batches, sequence_length, with_run_length
 
 
 def test_cosine_warms_up_linearly_then_decays_to_the_minimum():
@@ -142,6 +142,27 @@ def test_batch_ramp_is_a_staircase_from_one_micro_batch_to_grad_accum_steps():
 def test_a_batch_ramp_without_room_to_grow_is_one_line(settings, message):
     with pytest.raises(UserError, match=re.escape(message)):
         Config(**settings)
+
+
+def test_a_length_curriculum_trains_on_short_rows_for_its_share_of_the_run():
+    config = Config(seq_len=128, seq_len_curriculum="64:0.5", lr_decay_iters=100, warmup_iters=0)
+    assert [sequence_length(step, 0.0, config) for step in (0, 49, 50, 99, 500)] == [64, 64, 128, 128, 128]
+    budget = dataclasses.replace(config, time_budget="10m")
+    assert [sequence_length(10 ** 6, spent, budget) for spent in (0.0, 0.49, 0.5)] == [64, 64, 128]
+    assert sequence_length(0, 0.0, Config(seq_len=128)) == 128
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"seq_len_curriculum": "64"}, "seq-len-curriculum = 64: expected LENGTH:SHARE"),
+    ({"seq_len_curriculum": "64:0"}, "seq-len-curriculum = 64:0: expected LENGTH:SHARE"),
+    ({"seq_len_curriculum": "48:0.5"}, "seq-len-curriculum = 48:0.5: 48 must divide seq-len = 128 and be shorter"),
+    ({"seq_len_curriculum": "128:0.5"}, "128 must divide seq-len = 128 and be shorter"),
+    ({"seq_len_curriculum": "64:0.5", "masking": "static"}, "goes with task-type = mlm, masking = dynamic"),
+    ({"seq_len_curriculum": "64:0.5", "task_type": "electra"}, "goes with task-type = mlm"),
+])
+def test_a_curriculum_that_cannot_cut_the_rows_is_one_line(settings, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        Config(seq_len=128, **settings)
 
 
 def test_epochs_set_the_run_length_in_steps_and_warmup_ratio_a_share_of_them():

@@ -14,6 +14,8 @@ import pytest
 import torch
 
 import main
+from conftest import MLM_SEQ_LEN
+from lm_data import cut_rows
 from mlm_task import MaskedLMTask
 from vocab import load_vocab
 
@@ -178,6 +180,36 @@ def test_resume_in_the_middle_of_a_batch_ramp_continues_exactly(mlm_workdir_fact
     log = Path("runs/run0/logs/log.txt").read_text(encoding="utf-8")
     assert "ramped up from 16 by 80% of the run" in log
     assert load(Path("runs/run0/checkpoints/checkpoint.pt"))["data_position"]["sample"] == 18 * 16
+
+
+def test_a_length_curriculum_cuts_the_rows_and_resumes_exactly(mlm_workdir_factory, tmp_path, monkeypatch,
+                                                               training_losses, keep_signal_handlers,
+                                                               skip_flops_measurement):
+    """Rows of half seq-len for the first 60% of 10 steps (twice the rows, the same samples), then whole
+    rows; a run resumed at step 5, inside the short phase, continues as the straight run does."""
+    shapes, original = [], MaskedLMTask.loss
+
+    def recording_shape(self, model, batch, generator=None):
+        if torch.is_grad_enabled():
+            shapes.append(tuple(batch["input_ids"].shape))
+        return original(self, model, batch, generator)
+
+    monkeypatch.setattr(MaskedLMTask, "loss", recording_shape)
+    check_resume_equivalence(mlm_workdir_factory, tmp_path, monkeypatch, training_losses, dropout=0.0,
+                             seq_len_curriculum=f"{MLM_SEQ_LEN // 2}:0.6")
+    short, whole = (32, MLM_SEQ_LEN // 2), (16, MLM_SEQ_LEN)
+    assert shapes[:10] == [short] * 6 + [whole] * 4  # the straight run
+    assert load(Path("runs/run0/checkpoints/checkpoint.pt"))["data_position"]["sample"] == 10 * 16
+
+
+def test_cut_rows_keep_every_token_and_one_visible_slot_a_row():
+    ids = np.arange(12).reshape(2, 6)
+    real = np.array([[True] * 6, [True, True, False, False, False, False]])
+    cut = cut_rows({"input_ids": ids, "attention_mask": real}, 3)
+    assert cut["input_ids"].tolist() == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11]]
+    assert cut["attention_mask"].tolist() == [[True] * 3, [True] * 3, [True, True, False], [True, False, False]]
+    assert real[1, 3] == False  # noqa: E712  the batch given is left alone
+    assert cut_rows({"input_ids": torch.ones(2, 4), "attention_mask": None}, 2)["input_ids"].shape == (4, 2)
 
 
 def logged_curve(run_dir: Path) -> dict[int, tuple]:
