@@ -30,17 +30,13 @@ import import_hf  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from ini import load_config  # noqa: E402
 from lm_data import split_pattern  # noqa: E402
-from shards import read_shard  # noqa: E402
+from shards import find_shards, read_shard  # noqa: E402
 
 
 def training_rows(config) -> list[dict]:
     """Every training sample of the config's shards, as the token ids a collator pads."""
-    pattern = split_pattern(config, "train")
-    paths = sorted(config.datasets_path.glob(pattern + "*"))
-    if not paths:
-        raise UserError(f"no training shards match {config.datasets_path / pattern}")
     rows = []
-    for path in paths:
+    for path in find_shards(config.datasets_path, split_pattern(config, "train")):
         shard = read_shard(path)
         rows += [{"input_ids": shard.sample(index).tolist()} for index in range(len(shard))]
     return rows

@@ -81,13 +81,14 @@ SCHEDULER_FORMS = ("cosine, linear, none (constant), steplr:STEP:GAMMA (STEP a p
                    "or one-cycle[:PEAK] (PEAK in (0, 1))")
 
 
-def scheduler_problem(text: str) -> str | None:
-    """What is wrong with an lr-scheduler value, or None; optimizer.py reads it with parse_scheduler."""
+def parses(parse: Callable[[str], Any], text: str) -> bool:
+    """Whether a parse_* function reads the value (the Rule of a key with a small grammar); the
+    code that uses the key reads it with the same function."""
     try:
-        parse_scheduler(text)
-    except ValueError as error:
-        return str(error)
-    return None
+        parse(text)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_scheduler(text: str) -> Schedule:
@@ -136,14 +137,6 @@ def parse_target(text: str) -> Target | None:
     if not (separator and re.fullmatch(r"[a-z_]+", metric)):
         raise ValueError(f"not a target: {text!r}")
     return Target(metric, float(value))
-
-
-def target_problem(text: str) -> str | None:
-    try:
-        parse_target(text)
-    except ValueError as error:
-        return str(error)
-    return None
 
 
 class Curriculum(NamedTuple):
@@ -305,7 +298,7 @@ class Config:
     lr_scheduler: str = key("cosine", "after warmup: cosine or linear decay to min-learning-rate, none (constant), "
                                       "steplr:STEP:GAMMA; or one-cycle[:PEAK], up from min-learning-rate to the "
                                       "peak at that share of the run (default 0.5) and down again, no warmup",
-                            Rule(lambda value: scheduler_problem(value) is None, SCHEDULER_FORMS))
+                            Rule(lambda value: parses(parse_scheduler, value), SCHEDULER_FORMS))
     lr_decay_iters: int = key(10_000, "the step where the decay reaches min-learning-rate (without a time budget)",
                               at_least(0))
     resume_warmup_iters: int = key(0, "after a resume, ramp the rate back up over this many steps", at_least(0))
@@ -314,7 +307,7 @@ class Config:
                              "and lr-decay-iters); 0: max-iters", at_least(0))
     stop_at: str = key("", "end the run at the first validation where METRIC reaches VALUE (accuracy:0.35, "
                            "loss:4): time to a target, as MLPerf compares recipes; empty: never",
-                       Rule(lambda value: target_problem(value) is None,
+                       Rule(lambda value: parses(parse_target, value),
                             "METRIC:VALUE, a validation metric and a number (accuracy:0.35), or nothing"))
     time_budget: str = key("0", "training time for the whole run (90s, 30m, 2h); 0: none",
                            Rule(lambda value: duration_seconds(value) is not None,

@@ -76,13 +76,13 @@ def make_batch(shard: Shard, rows: np.ndarray, seq_len: int, pad_id: int, sep_id
 
 
 def cut_rows(batch: dict, length: int) -> dict:
-    """A batch of plain MLM rows cut into rows of `length` tokens (seq-len-curriculum), on the device
-    or not. A piece of a row's padding keeps its first slot visible: attention needs one key a row,
-    and the slot, a special token, is never picked for prediction."""
+    """A device batch of plain MLM rows cut into rows of `length` tokens (seq-len-curriculum). A
+    piece of a row's padding keeps its first slot visible: attention needs one key a row, and the
+    slot, a special token, is never picked for prediction."""
     ids = batch["input_ids"].reshape(-1, length)
     mask = batch["attention_mask"]
     if mask is not None:
-        mask = mask.reshape(-1, length).clone() if hasattr(mask, "clone") else mask.reshape(-1, length).copy()
+        mask = mask.reshape(-1, length).clone()
         mask[:, 0] = True
     return {**batch, "input_ids": ids, "attention_mask": mask}
 

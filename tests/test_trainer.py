@@ -203,12 +203,12 @@ def test_a_length_curriculum_cuts_the_rows_and_resumes_exactly(mlm_workdir_facto
 
 
 def test_cut_rows_keep_every_token_and_one_visible_slot_a_row():
-    ids = np.arange(12).reshape(2, 6)
-    real = np.array([[True] * 6, [True, True, False, False, False, False]])
+    ids = torch.arange(12).reshape(2, 6)
+    real = torch.tensor([[True] * 6, [True, True, False, False, False, False]])
     cut = cut_rows({"input_ids": ids, "attention_mask": real}, 3)
     assert cut["input_ids"].tolist() == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11]]
     assert cut["attention_mask"].tolist() == [[True] * 3, [True] * 3, [True, True, False], [True, False, False]]
-    assert real[1, 3] == False  # noqa: E712  the batch given is left alone
+    assert not real[1, 3]  # the batch given is left alone
     assert cut_rows({"input_ids": torch.ones(2, 4), "attention_mask": None}, 2)["input_ids"].shape == (4, 2)
 
 
