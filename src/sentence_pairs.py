@@ -1,9 +1,16 @@
 """Sentence pairs for next-sentence (BERT) and sentence-order (ALBERT) prediction: documents cut
 into sentences, pairs built as Google's create_pretraining_data.py builds them, segment ids.
 
-A sample is [CLS] A [SEP] B [SEP]. NSP: B continues A (label 0) or, with probability 0.5, comes
-from another document of the same split (label 1). SOP: B always continues A; with probability
-0.5 the two are swapped (label 1).
+A sample is [CLS] A [SEP] B [SEP]. Sentences end at ., ! or ? (maybe followed by a closing quote
+or bracket) before whitespace. Each document's sentences are gathered into chunks of up to m-3
+word pieces (10% of documents aim shorter, at 2 to m-3), each chunk is cut at a random sentence
+boundary into A and B, and the longer side is trimmed at a random end until the pair fits.
+NSP: B continues A (label 0) or, with probability 0.5, comes from another document of the same
+split (label 1; B's own sentences then start the next chunk). SOP: B always continues A; with
+probability 0.5 the two are swapped (label 1). Documents, not samples, go to a split, so no
+document is in two; NSP's random B comes from one of the next 1,000 documents of its split (the
+last 1,000 at the end), which keeps memory bounded where BERT draws from the whole corpus. A chunk
+needs two sentences, so one-sentence documents give no pair; the summary counts them.
 """
 import re
 from collections import deque
