@@ -9,6 +9,7 @@ from typing import Any, Callable, NamedTuple
 
 from errors import UserError
 from legacy import IGNORED_KEYS, KEY_ALIASES, VALUE_ALIASES
+from run_plan import SCHEDULER_FORMS, duration_seconds, parse_curriculum, parse_scheduler, parse_target, parses
 
 
 class Rule(NamedTuple):
@@ -33,19 +34,6 @@ def within(low, high, brackets: str = "[]") -> Rule:
     return Rule(check, f"in {brackets[0]}{low}, {high}{brackets[1]}")
 
 
-DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smh])")
-SECONDS_PER_UNIT = {"s": 1, "m": 60, "h": 3600}
-
-
-def duration_seconds(text: str) -> float | None:
-    """Seconds in '90s', '30m', '1.5h' or '0' (no budget); None when the text is none of these."""
-    text = text.strip().lower()
-    if text in ("0", ""):
-        return 0.0
-    match = DURATION.fullmatch(text)
-    return float(match.group(1)) * SECONDS_PER_UNIT[match.group(2)] if match else None
-
-
 def one_of(*choices: str) -> Rule:
     return Rule(lambda value: value in choices, "one of " + ", ".join(choices))
 
@@ -67,93 +55,6 @@ def attention_shape_problem(d_model: int, heads: int, position: str) -> str | No
     if position == "rope" and d_model // heads % 2:
         return f"position = rope needs an even head width, but d-model / heads = {d_model} / {heads} is odd"
     return None
-
-
-class Schedule(NamedTuple):
-    """An lr-scheduler value read: its name and arguments (steplr's step and gamma, one-cycle's peak)."""
-    name: str
-    step: int = 0
-    gamma: float = 1.0
-    peak: float = 0.5
-
-
-SCHEDULER_FORMS = ("cosine, linear, none (constant), steplr:STEP:GAMMA (STEP a positive integer, GAMMA in (0, 1]) "
-                   "or one-cycle[:PEAK] (PEAK in (0, 1))")
-
-
-def parses(parse: Callable[[str], Any], text: str) -> bool:
-    """Whether a parse_* function reads the value (the Rule of a key with a small grammar); the
-    code that uses the key reads it with the same function."""
-    try:
-        parse(text)
-    except ValueError:
-        return False
-    return True
-
-
-def parse_scheduler(text: str) -> Schedule:
-    """The Schedule of 'cosine', 'linear', 'none', 'steplr:STEP:GAMMA' or 'one-cycle[:PEAK]'."""
-    name, *arguments = text.strip().lower().split(":")
-    try:
-        if name in ("cosine", "linear", "none") and not arguments:
-            return Schedule(name)
-        if name == "steplr" and len(arguments) == 2:
-            step, gamma = int(arguments[0]), float(arguments[1])
-            if step >= 1 and 0 < gamma <= 1:
-                return Schedule(name, step=step, gamma=gamma)
-        if name == "one-cycle" and len(arguments) <= 1:
-            peak = float(arguments[0]) if arguments else Schedule._field_defaults["peak"]
-            if 0 < peak < 1:
-                return Schedule(name, peak=peak)
-    except ValueError:
-        pass
-    raise ValueError(f"not a scheduler: {text!r}")
-
-
-def lower_is_better(metric: str) -> bool:
-    """Whether a smaller value of a metric is better: losses and perplexities; accuracies, F1,
-    correlations are better larger."""
-    return "loss" in metric or "perplexity" in metric
-
-
-class Target(NamedTuple):
-    """A stop-at value read: a validation metric and the value that ends the run."""
-    metric: str
-    value: float
-
-    def reached(self, metrics: dict[str, float]) -> bool:
-        measured = metrics[self.metric]
-        return measured <= self.value if lower_is_better(self.metric) else measured >= self.value
-
-    def __str__(self) -> str:
-        return f"{self.metric}:{self.value:g}"
-
-
-def parse_target(text: str) -> Target | None:
-    """The Target of 'METRIC:VALUE' (accuracy:0.35), or None for ''."""
-    if not text.strip():
-        return None
-    metric, separator, value = text.strip().lower().rpartition(":")
-    if not (separator and re.fullmatch(r"[a-z_]+", metric)):
-        raise ValueError(f"not a target: {text!r}")
-    return Target(metric, float(value))
-
-
-class Curriculum(NamedTuple):
-    """A seq-len-curriculum value read: rows of `length` tokens for the first `share` of the run."""
-    length: int
-    share: float
-
-
-def parse_curriculum(text: str) -> Curriculum | None:
-    """The Curriculum of 'LENGTH:SHARE' (64:0.5), or None for ''."""
-    if not text.strip():
-        return None
-    length, separator, share = text.strip().partition(":")
-    curriculum = Curriculum(int(length), float(share)) if separator else None
-    if curriculum is None or curriculum.length < 2 or not 0 < curriculum.share <= 1:
-        raise ValueError(f"not a curriculum: {text!r}")
-    return curriculum
 
 
 def curriculum_problem(values: dict) -> str | None:

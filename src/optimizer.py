@@ -6,7 +6,8 @@ import math
 import torch
 from torch import nn
 
-from config import Config, parse_curriculum, parse_scheduler
+from config import Config
+from run_plan import parse_curriculum, parse_scheduler
 
 
 def make_optimizer(model: nn.Module, config: Config, log) -> torch.optim.AdamW:

@@ -21,7 +21,8 @@ import checkpoint as checkpoints
 import distributed
 import hardware
 from atomic import atomic_write
-from config import Config, parse_target
+from config import Config
+from run_plan import parse_target
 from errors import UserError
 from model import flops_per_token
 from lm_data import cut_rows

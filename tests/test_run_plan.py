@@ -1,0 +1,53 @@
+"""The grammars of time-budget, lr-scheduler, seq-len-curriculum and stop-at, as pure functions."""
+import pytest
+
+from run_plan import Curriculum, Schedule, Target, duration_seconds, parse_curriculum, parse_scheduler, parse_target
+
+
+@pytest.mark.parametrize("text, seconds", [("0", 0.0), ("", 0.0), ("90s", 90.0), ("30m", 1800.0),
+                                           ("1.5h", 5400.0), (" 2H ", 7200.0), (".5m", 30.0)])
+def test_durations_in_seconds(text, seconds):
+    assert duration_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["30", "m", "30 min", "-5m", "1d"])
+def test_what_is_not_a_duration_reads_as_none(text):
+    assert duration_seconds(text) is None
+
+
+@pytest.mark.parametrize("text, schedule", [
+    ("cosine", Schedule("cosine")), ("Linear", Schedule("linear")), ("none", Schedule("none")),
+    ("steplr:500:0.5", Schedule("steplr", step=500, gamma=0.5)),
+    ("one-cycle", Schedule("one-cycle", peak=0.5)), ("one-cycle:0.3", Schedule("one-cycle", peak=0.3))])
+def test_schedulers_read_with_their_arguments(text, schedule):
+    assert parse_scheduler(text) == schedule
+
+
+@pytest.mark.parametrize("text", ["cosine:2", "steplr", "steplr:0:0.5", "steplr:10:1.5", "steplr:x:0.5",
+                                  "one-cycle:1", "one-cycle:0", "one-cycle:0.2:0.3", "triangle"])
+def test_a_scheduler_out_of_its_forms_is_a_value_error(text):
+    with pytest.raises(ValueError, match="not a scheduler"):
+        parse_scheduler(text)
+
+
+def test_a_target_is_reached_from_above_for_losses_and_from_below_for_scores():
+    assert parse_target("") is None
+    accuracy, loss = parse_target("accuracy:0.35"), parse_target("LOSS:4")
+    assert (accuracy, loss) == (Target("accuracy", 0.35), Target("loss", 4.0))
+    assert accuracy.reached({"accuracy": 0.35}) and not accuracy.reached({"accuracy": 0.349})
+    assert loss.reached({"loss": 3.99}) and not loss.reached({"loss": 4.01})
+    assert str(accuracy) == "accuracy:0.35"
+
+
+@pytest.mark.parametrize("text", ["accuracy", ":0.3", "accuracy:high", "val/accuracy:0.3"])
+def test_a_target_out_of_its_form_is_a_value_error(text):
+    with pytest.raises(ValueError):
+        parse_target(text)
+
+
+def test_a_curriculum_reads_length_and_share():
+    assert parse_curriculum(" ") is None
+    assert parse_curriculum("64:0.5") == Curriculum(64, 0.5)
+    for text in ("64", "1:0.5", "64:0", "64:1.5", "sixty:0.5"):
+        with pytest.raises(ValueError):
+            parse_curriculum(text)
