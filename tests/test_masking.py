@@ -6,7 +6,6 @@ import torch
 from config import Config
 from errors import UserError
 from masking import IGNORE_INDEX, MaskingRule, mask_tokens, predictions_per_sequence
-from vocab import load_vocab
 
 SPECIAL = torch.arange(5)  # [PAD] [UNK] [CLS] [SEP] [MASK]
 MASK_ID = 4
@@ -110,11 +109,6 @@ def test_splits_that_add_up_to_one_are_valid():
 
 
 # ----------------------------------------------------------------------------- whole-word masking
-
-@pytest.fixture(scope="module")
-def vocab(vocab_dir):
-    return load_vocab(vocab_dir)
-
 
 @pytest.fixture(scope="module")
 def review_batch(imdb_reviews, vocab) -> torch.Tensor:

@@ -21,15 +21,9 @@ from sentence_pairs import (PairMaker, encode_documents, pair_sample, split_sent
                             truncate_pair)
 from shards import read_shard
 from test_trainer import load, scalars
-from vocab import load_vocab
 
 SEQ_LEN = 128
 SEED = 123
-
-
-@pytest.fixture(scope="module")
-def vocab(vocab_dir):
-    return load_vocab(vocab_dir)
 
 
 @pytest.fixture(scope="module")

@@ -11,14 +11,9 @@ from masking import MaskingRule
 from packed_files import ShardError
 from preparation import StaticMasker
 from shards import ShardWriter, find_shards, read_shard
-from vocab import SPECIAL_TOKENS, Vocab, load_vocab
+from vocab import SPECIAL_TOKENS, Vocab
 
 SEQ_LEN = 64
-
-
-@pytest.fixture(scope="module")
-def vocab(vocab_dir):
-    return load_vocab(vocab_dir)
 
 
 @pytest.fixture(scope="module")

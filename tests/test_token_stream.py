@@ -6,12 +6,6 @@ import pytest
 from packed_files import ShardError
 from shards import ShardWriter
 from token_stream import TokenStreamWriter, read_token_stream
-from vocab import load_vocab
-
-
-@pytest.fixture(scope="module")
-def vocab(vocab_dir):
-    return load_vocab(vocab_dir)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,30 @@
+"""src/tokenizing.py: documents tokenized in batches of bounded size, on N processes, in input order."""
+import numpy as np
+
+from tokenizing import Tokenizing, document_batches, document_ids
+
+
+def test_batches_hold_about_batch_chars_and_keep_every_document_in_order():
+    documents = ["a" * size for size in (5, 1, 7, 2, 2, 9, 3)]
+    batches = list(document_batches(documents, batch_chars=8))
+    assert sum(batches, []) == documents
+    assert all(sum(map(len, batch)) >= 8 for batch in batches[:-1])
+    assert all(sum(map(len, batch[:-1])) < 8 for batch in batches)  # each ends at the first that reaches it
+
+
+def test_ids_are_each_document_encoded_and_concatenated(vocab, imdb_reviews):
+    documents = imdb_reviews[:40]
+    ids = document_ids(vocab, documents)
+    assert ids.dtype == vocab.id_dtype
+    assert ids.tolist() == [token for encoded in vocab.encode(documents) for token in encoded]
+    assert len(document_ids(vocab, [])) == 0
+
+
+def test_two_processes_give_one_process_results_in_input_order(vocab, imdb_reviews):
+    jobs = [(index, imdb_reviews[index * 25:(index + 1) * 25]) for index in range(8)]
+    with Tokenizing(vocab, workers=1) as one:
+        serial = list(one.map(jobs))
+    with Tokenizing(vocab, workers=2) as two:
+        parallel = list(two.map(iter(jobs)))
+    assert [tag for tag, _ in parallel] == list(range(8))
+    assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(serial, parallel))
