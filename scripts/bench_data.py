@@ -175,7 +175,7 @@ def run_benchmark(args, work: Path) -> dict:
             shutil.rmtree(out, ignore_errors=True)
             result = measure("prepare", out=str(out), nproc=nproc, shard_tokens=shard_tokens or 10 ** 12, **common)
             if shard_tokens is None:  # the 1x corpus is one shard: cut every size into shards of that
-                shard_tokens = result["tokens"]
+                shard_tokens = -(-result["tokens"] // scale)
                 shutil.rmtree(out)
                 result = measure("prepare", out=str(out), nproc=nproc, shard_tokens=shard_tokens, **common)
             results["prepare"][scale, nproc] = result

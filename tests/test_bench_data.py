@@ -1,0 +1,16 @@
+"""scripts/bench_data.py end to end on a small corpus: both tables, a row per size, and a shard switch
+measured where the corpus (twice the input) spans two shards (the numbers themselves are for a quiet machine)."""
+import re
+
+import bench_data
+
+
+def test_the_data_benchmark_prints_both_tables_with_a_shard_switch(imdb_corpus, vocab_dir, tmp_path, capsys):
+    bench_data.main(["-i", str(imdb_corpus), "-v", str(vocab_dir), "--lines", "250", "--scales", "2",
+                     "--steps", "24", "--workdir", str(tmp_path)])
+    tables = capsys.readouterr().out.split("\n\n")
+    preparation, training = (re.findall(r"^\| (\dx) \|(.*)\|$", table, re.M) for table in tables[-2:])
+    assert [size for size, _ in preparation] == [size for size, _ in training] == ["2x"]
+    assert "nan" not in preparation[0][1]
+    slowest_step_at_a_switch = training[0][1].split("|")[2].strip()
+    assert float(slowest_step_at_a_switch) > 0
