@@ -75,11 +75,16 @@ def vocab(vocab_dir):
     return load_vocab(vocab_dir)
 
 
+def ids_of_lines(path: Path, vocab) -> np.ndarray:
+    """A text file's non-empty lines tokenized one by one, as one id stream (what the preparers keep)."""
+    lines = [line for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+    return np.concatenate([np.array(ids, dtype=np.int64) for ids in vocab.encode(lines)])
+
+
 @pytest.fixture(scope="session")
 def corpus_ids(imdb_corpus, vocab) -> np.ndarray:
     """The corpus tokenized line by line, as one id stream."""
-    lines = [line for line in imdb_corpus.read_text(encoding="utf-8").split("\n") if line.strip()]
-    return np.concatenate([np.array(ids, dtype=np.int64) for ids in vocab.encode(lines)])
+    return ids_of_lines(imdb_corpus, vocab)
 
 
 @pytest.fixture(scope="session")

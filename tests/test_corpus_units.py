@@ -3,6 +3,7 @@ the same files for any worker count, resumed after a failure, or made in parts o
 import numpy as np
 import pytest
 
+from conftest import ids_of_lines
 from corpus_units import Part, document_pieces, id_pieces, parse_part, with_lookahead
 from errors import UserError
 from preparation import SPLITS, assign_splits
@@ -85,8 +86,7 @@ def test_a_corpus_of_many_units_gets_numbered_shards_of_about_shard_tokens(units
                  for split in SPLITS) for unit in range(count)]
     assert all(5_000 < tokens < 20_000 for tokens in units[:-1]), units
     samples = [sample for unit in range(count) for sample in samples_in_unit(units_out, unit)]
-    lines = [line for line in small_corpus.read_text(encoding="utf-8").split("\n") if line.strip()]
-    ids = np.concatenate([np.array(each, dtype=np.int64) for each in vocab.encode(lines)])
+    ids = ids_of_lines(small_corpus, vocab)
     assert np.array_equal(np.concatenate([sample[1:-1] for sample in samples]), ids)  # every token, in order
 
 
