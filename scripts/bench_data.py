@@ -5,9 +5,12 @@
 Example (the demo corpus at 1x, 4x and 16x, ~500 MB at 16x; minutes on quiet cores):
     python scripts/make_demo.py -o demo && python scripts/bench_data.py -i demo/input/imdb.txt -v demo/vocab
 
-Every measurement runs in its own child process (peak RSS: the largest of its processes, sampled
-every 20 ms). The corpus at size K is the demo corpus written K times; the shards are cut so that
-the 1x corpus is one shard (--shard-tokens), so 16x trains over 16. Prints markdown tables.
+Every measurement runs in its own child process (peak RSS sampled every 20 ms: the largest of its
+processes, and all of them together). The corpus at size K is the demo corpus written K times; the
+shards are cut so that the 1x corpus makes --shards-per-1x of them (--shard-tokens), so that
+preparation works in units of one size at every K and training crosses shard switches in the steps
+it measures. The training loop's mean step is set against the same step timed alone
+(scripts/profile_step.py's timing, on the same shards). Prints markdown tables.
 """
 import argparse
 import json
@@ -19,6 +22,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -98,7 +103,20 @@ def step_train(workdir: str, steps: int, nproc: int) -> dict:
     return {"step_seconds": times, "switch_steps": sorted(set(switches) - {0})}
 
 
-STEPS = {"prepare": step_prepare, "datasets": step_datasets, "train": step_train}
+def step_alone(workdir: str, steps: int) -> dict:
+    """The training step timed alone, as scripts/profile_step.py times it: seconds per step."""
+    os.chdir(workdir)
+    import profile_step
+    from ini import load_config
+    trainer, run, batches = profile_step.prepared_run(load_config(None, []))
+    meter = trainer.throughput_meter(run)
+    for _ in range(5):  # warm-up, as profile_step's default
+        trainer.train_step(run, batches, meter)
+    seconds, _, _ = profile_step.time_steps(trainer, run, batches, meter, steps)
+    return {"seconds": seconds}
+
+
+STEPS = {"prepare": step_prepare, "datasets": step_datasets, "train": step_train, "alone": step_alone}
 
 
 def run_step(name: str, arguments: str) -> None:
@@ -114,7 +132,7 @@ def run_step(name: str, arguments: str) -> None:
 def measure(name: str, **arguments) -> dict:
     print(f"running {name} {arguments} ...", file=sys.stderr)
     command = [sys.executable, __file__, "--run-step", name, json.dumps(arguments)]
-    peak, done = [0], threading.Event()
+    peak, done = [0, 0], threading.Event()
     with tempfile.TemporaryFile() as output:
         child = subprocess.Popen(command, stdout=output, stderr=subprocess.PIPE, text=False)
         sampler = threading.Thread(target=sample_largest_process, args=(child.pid, done, peak))
@@ -129,12 +147,15 @@ def measure(name: str, **arguments) -> dict:
         raise RuntimeError(f"{name} failed (exit {child.returncode}):\n{errors.decode(errors='replace')[-3000:]}")
     result = json.loads(text.strip().splitlines()[-1])
     result["process_peak"] = max(peak[0], result["peak_rss"])
+    result["tree_peak"] = max(peak[1], result["process_peak"])
     return result
 
 
 def sample_largest_process(pid: int, done: threading.Event, peak: list[int]) -> None:
+    """peak := [the largest RSS of one process, the largest RSS of all of them together]."""
     while not done.wait(0.02):
-        peak[0] = max([peak[0]] + [rss_bytes("VmRSS", each) for each in descendants(pid)])
+        sizes = [rss_bytes("VmRSS", each) for each in descendants(pid)]
+        peak[0], peak[1] = max([peak[0]] + sizes), max(peak[1], sum(sizes))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -165,7 +186,7 @@ def train_workdir(work: Path, shards: Path, vocab: Path, steps: int, seq_len: in
 
 
 def run_benchmark(args, work: Path) -> dict:
-    results = {"prepare": {}, "datasets": {}, "train": {}}
+    results = {"prepare": {}, "datasets": {}, "train": {}, "alone": {}, "shards": {}}
     shard_tokens = None
     for scale in args.scales:
         corpus = write_corpus(args.input, scale, args.lines, work / f"corpus-{scale}x.txt")
@@ -174,42 +195,50 @@ def run_benchmark(args, work: Path) -> dict:
             out = work / f"shards-{scale}x-n{nproc}"
             shutil.rmtree(out, ignore_errors=True)
             result = measure("prepare", out=str(out), nproc=nproc, shard_tokens=shard_tokens or 10 ** 12, **common)
-            if shard_tokens is None:  # the 1x corpus is one shard: cut every size into shards of that
-                shard_tokens = -(-result["tokens"] // scale)
+            if shard_tokens is None:  # the 1x corpus makes --shards-per-1x: cut every size into shards of that
+                shard_tokens = -(-result["tokens"] // (scale * args.shards_per_1x))
                 shutil.rmtree(out)
                 result = measure("prepare", out=str(out), nproc=nproc, shard_tokens=shard_tokens, **common)
             results["prepare"][scale, nproc] = result
         results["datasets"][scale] = measure("datasets", out=str(work / f"hf-{scale}x"), nproc=2,
                                              shard_tokens=0, **common)
         shards = work / f"shards-{scale}x-n1"
+        workdir = str(train_workdir(work, shards, args.vocab, args.steps, args.seq_len))
         for nproc in (1, 2):
-            results["train"][scale, nproc] = measure("train", workdir=str(train_workdir(work, shards, args.vocab,
-                                                                                         args.steps, args.seq_len)),
-                                                     steps=args.steps, nproc=nproc)
+            results["train"][scale, nproc] = measure("train", workdir=workdir, steps=args.steps, nproc=nproc)
+        results["alone"][scale] = measure("alone", workdir=workdir, steps=min(args.steps, 100))
+        results["shards"][scale] = len(list(shards.glob("train_*")))
+        finished = args.scales[:args.scales.index(scale) + 1]
+        print(f"up to {scale}x:\n{report(results, finished)}", file=sys.stderr)  # kept if a larger size fails
     return results
 
 
 def report(results: dict, scales: list[int]) -> str:
-    lines = ["| corpus | ours -n 1 tokens/s | ours -n 2 tokens/s | -n 2 / -n 1 | ours peak RSS MiB (-n 2) | "
-             "datasets tokens/s (num_proc 2) | datasets peak RSS MiB | ours -n 2 / datasets tokens/s |",
+    lines = ["| corpus | ours -n 1 tokens/s | ours -n 2 tokens/s | -n 2 / -n 1 | datasets tokens/s (num_proc 2) | "
+             "ours -n 2 / datasets | ours -n 2 peak MiB: largest process; all | datasets peak MiB: largest; all |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for scale in scales:
         one, two, hf = results["prepare"][scale, 1], results["prepare"][scale, 2], results["datasets"][scale]
         speed = [run["tokens"] / run["seconds"] for run in (one, two, hf)]
-        lines.append(f"| {scale}x | {speed[0]:,.0f} | {speed[1]:,.0f} | {speed[1] / speed[0]:.2f} | "
-                     f"{two['process_peak'] / MIB:,.0f} | {speed[2]:,.0f} | {hf['process_peak'] / MIB:,.0f} | "
-                     f"{speed[1] / speed[2]:.2f} |")
-    lines += ["", "| corpus | training peak RSS per process MiB, 1 process | 2 processes | "
-              "slowest step at a shard switch s | median step s | ratio |", "|---|---:|---:|---:|---:|---:|"]
+        lines.append(f"| {scale}x | {speed[0]:,.0f} | {speed[1]:,.0f} | {speed[1] / speed[0]:.2f} | {speed[2]:,.0f} | "
+                     f"{speed[1] / speed[2]:.2f} | {peaks(two)} | {peaks(hf)} |")
+    lines += ["", "| corpus | train shards | training peak RSS per process MiB, 1 process | 2 processes | "
+              "slowest step at a shard switch s | median step s | switch / median | loop mean step s | "
+              "step alone s | loop / alone |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for scale in scales:
-        one, two = results["train"][scale, 1], results["train"][scale, 2]
-        times = sorted(one["step_seconds"][1:])  # the first step builds everything
-        median = times[len(times) // 2] if times else float("nan")
+        one, two, alone = results["train"][scale, 1], results["train"][scale, 2], results["alone"][scale]
+        times = one["step_seconds"][1:]  # the first step builds everything
+        median, mean = float(np.median(times)), float(np.mean(times))
         at_switch = max((one["step_seconds"][step] for step in one["switch_steps"]
                          if step < len(one["step_seconds"])), default=float("nan"))
-        lines.append(f"| {scale}x | {one['process_peak'] / MIB:,.0f} | {two['process_peak'] / MIB:,.0f} | "
-                     f"{at_switch:.4f} | {median:.4f} | {at_switch / median:.2f} |")
+        lines.append(f"| {scale}x | {results['shards'][scale]} | {one['process_peak'] / MIB:,.0f} | "
+                     f"{two['process_peak'] / MIB:,.0f} | {at_switch:.4f} | {median:.4f} | {at_switch / median:.2f} | "
+                     f"{mean:.4f} | {alone['seconds']:.4f} | {mean / alone['seconds']:.3f} |")
     return "\n".join(lines)
+
+
+def peaks(run: dict) -> str:
+    return f"{run['process_peak'] / MIB:,.0f}; {run['tree_peak'] / MIB:,.0f}"
 
 
 def parse_args(argv=None):
@@ -219,7 +248,9 @@ def parse_args(argv=None):
     parser.add_argument("-m", "--seq-len", type=int, default=128, help="sample length (default 128)")
     parser.add_argument("--scales", type=int, nargs="+", default=[1, 4, 16], help="corpus sizes (default 1 4 16)")
     parser.add_argument("--lines", type=int, help="use only the corpus's first lines (a quick check of the script)")
-    parser.add_argument("--steps", type=int, default=300, help="training steps at each size (default 300)")
+    parser.add_argument("--steps", type=int, default=600, help="training steps at each size (default 600)")
+    parser.add_argument("--shards-per-1x", type=int, default=8,
+                        help="shards the 1x corpus is cut into (default 8: a switch every ~200 steps)")
     parser.add_argument("--workdir", type=Path, help="where to keep the files made (default: a temporary directory)")
     parser.add_argument("--run-step", nargs=2, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -234,6 +265,8 @@ def main(argv=None):
         raise UserError(f"{args.input}: corpus not found (build it: python scripts/make_demo.py -o demo)")
     if not (args.vocab / "vocab.txt").is_file():
         raise UserError(f"{args.vocab}: no vocab.txt there")
+    if args.shards_per_1x < 1 or args.steps < 2:
+        raise UserError(f"--shards-per-1x {args.shards_per_1x} --steps {args.steps}: expected at least 1 and 2")
     with tempfile.TemporaryDirectory(prefix="bench-data-") as scratch:
         work = args.workdir or Path(scratch)
         work.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,10 @@ loss (the highest value of other metrics) up to that step. p is Welch's t-test o
 values of each group against the first group (that of the first run given), not corrected for
 multiple comparisons; it is - where either group has fewer than 2 runs. Runs scored with --test
 add a table per test metric (the latest test_metrics_step*.json in the run directory); --target
-METRIC:VALUE a table of the steps, tokens and minutes of training each group took to reach it. A run
+METRIC:VALUE a table of the steps, tokens and minutes of training each group took to reach it. Grouped
+by start, the test tables gain the tokens of pre-training behind each start (its checkpoint's lineage)
+and OUTDIR/test_<metric>_vs_pretraining_tokens.png plots each start's score against them, random
+weights as a band: the curve of a budget study. A run
 without validation scalars (it died before its first validation) is left out with a warning. A
 resumed run's event files are merged: from the step it resumed at on, the later file's values
 replace the earlier ones.
@@ -39,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from config import INI_KEYS, ini_text  # noqa: E402
+from config import CLASSIFICATION_TASKS, INI_KEYS, ini_text  # noqa: E402
 from run_plan import Target, lower_is_better, parse_target  # noqa: E402
 from ini import load_config  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
@@ -53,6 +56,7 @@ NOT_GROUPED_BY_DEFAULT = {"seed", "max-iters", "base-dir", "vocab", "log-interva
                           "async-to-device", "case"}
 TOKENS_TAG = "val/tokens"  # the x axis of the token plots, not a metric
 ELAPSED_TAG = "val/elapsed"  # training seconds at each validation, not a metric
+TEST_COUNT_TAG = "test/examples"  # how many examples --test scored, not a metric
 MISSING = "–"
 
 
@@ -83,6 +87,24 @@ def read_settings(config_path: Path) -> dict[str, str]:
     start = re.search(r"^#\s*started from (.+)$", text, re.MULTILINE)
     settings[START_KEY] = start.group(1).strip() if start else "none"
     return settings
+
+
+def pretraining_tokens(start: str) -> float | None:
+    """The tokens of pre-training behind a start's weights: every stage of the checkpoint's lineage that
+    is not a fine-tuning; 0 for random weights (start none); None where the checkpoint is gone, unreadable,
+    or records none (an imported model), with a warning."""
+    if start == "none":
+        return 0
+    import checkpoint as checkpoints
+    try:
+        state = checkpoints.load(Path(start), mmap=True)  # mmap: the lineage without the weights
+    except UserError as error:
+        print(f"warning: {error}; its pre-training tokens are unknown", file=sys.stderr)
+        return None
+    tokens = sum(stage["tokens"] for stage in checkpoints.lineage(state) if stage["task"] not in CLASSIFICATION_TASKS)
+    if not tokens:
+        print(f"warning: {start}: records no tokens of pre-training (an imported model?)", file=sys.stderr)
+    return tokens or None
 
 
 def read_test_metrics(run_dir: Path) -> dict[str, float]:
@@ -280,17 +302,30 @@ def metric_table(groups: dict[str, list[RunData]], tag: str) -> list[str]:
     return lines + [""]
 
 
-def test_table(groups: dict[str, list[RunData]], tag: str) -> list[str]:
-    """The markdown section of one test metric: one row per group with runs scored on test."""
+def million(count: float | None) -> float:
+    return math.nan if count is None else count / 1e6
+
+
+def test_values(groups: dict[str, list[RunData]], tag: str) -> dict[str, list[float]]:
+    """Group label -> the test metric of its runs scored on test; groups without any left out."""
     groups = {label: [run.tests[tag] for run in runs if tag in run.tests] for label, runs in groups.items()}
-    groups = {label: values for label, values in groups.items() if values}
+    return {label: values for label, values in groups.items() if values}
+
+
+def test_table(groups: dict[str, list[RunData]], tag: str, tokens: dict[str, float | None] | None = None) -> list[str]:
+    """The markdown section of one test metric: one row per group with runs scored on test, and with
+    `tokens` (grouped by start) the pre-training behind each group's start."""
+    groups = test_values(groups, tag)
     first_label = next(iter(groups))
+    header, rule = "| group | runs | mean ± std | p vs first group |", "|---|---:|---:|---:|"
+    if tokens is not None:
+        header, rule = f"| group | pre-training tokens (M) {header[len('| group '):]}", f"{rule}---:|"
     lines = [f"## {tag}: the latest --test of each run", "",
-             f"p: Welch's t-test against the first group ({first_label}).", "",
-             "| group | runs | mean ± std | p vs first group |", "|---|---:|---:|---:|"]
+             f"p: Welch's t-test against the first group ({first_label}).", "", header, rule]
     for label, values in groups.items():
         p_value = MISSING if label == first_label else number(welch_p_value(groups[first_label], values), ".3g")
-        lines.append(f"| {label} | {len(values)} | {mean_std_text(values)} | {p_value} |")
+        trained = "" if tokens is None else f" {number(million(tokens[label]), '.3g')} |"
+        lines.append(f"| {label} |{trained} {len(values)} | {mean_std_text(values)} | {p_value} |")
     return lines + [""]
 
 
@@ -327,7 +362,7 @@ def target_table(groups: dict[str, list[RunData]], target: Target) -> list[str]:
 
 
 def summary_markdown(groups: dict[str, list[RunData]], tags: list[str], left_out: list[str],
-                     target: Target | None = None) -> str:
+                     target: Target | None = None, tokens: dict[str, float | None] | None = None) -> str:
     count = sum(len(runs) for runs in groups.values())
     lines = [f"# Comparison of {count} runs in {len(groups)} groups", ""]
     for label, runs in groups.items():
@@ -338,7 +373,7 @@ def summary_markdown(groups: dict[str, list[RunData]], tags: list[str], left_out
     if target is not None:
         lines += target_table(groups, target)
     for tag in dict.fromkeys(tag for runs in groups.values() for run in runs for tag in run.tests):
-        lines += test_table(groups, tag)
+        lines += test_table(groups, tag, tokens)
     return "\n".join(lines)
 
 
@@ -390,7 +425,53 @@ def plot_metric(groups: dict[str, list[RunData]], tag: str, x_axis: str, path: P
     plt.close(figure)
 
 
-def write_plots(groups: dict[str, list[RunData]], tags: list[str], out_dir: Path) -> list[Path]:
+def plot_against_pretraining(groups: dict[str, list[RunData]], tag: str, tokens: dict[str, float | None],
+                             path: Path) -> bool:
+    """A test metric against the pre-training tokens behind each group's start: the scaling curve of a
+    budget study. Each start's mean ± 1 std and its runs as dots; random weights (start none) a band.
+    False (nothing written) without at least one pre-trained start and one more group to set it against."""
+    values = {label: runs for label, runs in test_values(groups, tag).items() if tokens[label] is not None}
+    trained = sorted((tokens[label], label) for label in values if tokens[label] > 0)
+    if not trained or len(values) < 2:
+        return False
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    figure, axes = plt.subplots(figsize=(8, 5))
+    x = np.array([count / 1e6 for count, _ in trained])
+    means, stds = zip(*(mean_and_std(values[label]) for _, label in trained))
+    axes.errorbar(x, means, yerr=np.nan_to_num(stds), color="C0", marker="o", capsize=4, linewidth=1.5,
+                  label="pre-trained starts: mean ± 1 std")
+    for count, (_, label), mean in zip(x, trained, means):
+        axes.scatter([count] * len(values[label]), values[label], color="C0", s=12, alpha=0.5)
+        axes.annotate(start_name(groups[label][0]), (count, mean),
+                      textcoords="offset points", xytext=(6, -12), fontsize="small")
+    for index, (label, runs) in enumerate((label, runs) for label, runs in values.items() if tokens[label] == 0):
+        mean, std = mean_and_std(runs)
+        axes.axhline(mean, color=f"C{index + 1}", linestyle="--", label=f"{label} ({len(runs)} runs)")
+        axes.axhspan(mean - np.nan_to_num(std), mean + np.nan_to_num(std), color=f"C{index + 1}", alpha=0.15)
+    if len(set(x)) > 1:
+        axes.set_xscale("log")
+        axes.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    axes.set_xlabel("millions of tokens of pre-training behind the start")
+    axes.set_ylabel(tag)
+    axes.set_title(f"{tag} against pre-training: mean ± 1 std over each start's runs, dots single runs")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize="small")
+    figure.tight_layout()
+    atomic_write(path, lambda temp: figure.savefig(temp, format="png", dpi=110))
+    plt.close(figure)
+    return True
+
+
+def start_name(run: RunData) -> str:
+    """A start as a point's label: its run's name (runs/T/checkpoints/best.pt -> T best.pt), or the file's."""
+    path = Path(run.settings[START_KEY])
+    return f"{path.parent.parent.name} {path.name}" if path.parent.name == "checkpoints" else path.name
+
+
+def write_plots(groups: dict[str, list[RunData]], tags: list[str], out_dir: Path,
+                tokens: dict[str, float | None] | None = None) -> list[Path]:
     runs = [run for members in groups.values() for run in members]
     x_axes = ["step"]
     if all(TOKENS_TAG in run.scalars for run in runs):
@@ -403,6 +484,11 @@ def write_plots(groups: dict[str, list[RunData]], tags: list[str], out_dir: Path
         for x_axis in x_axes:
             path = out_dir / f"{tag.replace('/', '_')}_vs_{x_axis}.png"
             plot_metric(groups, tag, x_axis, path)
+            written.append(path)
+    test_tags = dict.fromkeys(tag for run in runs for tag in run.tests if tag != TEST_COUNT_TAG)
+    for tag in test_tags if tokens is not None else []:
+        path = out_dir / f"{tag.replace('/', '_')}_vs_pretraining_tokens.png"
+        if plot_against_pretraining(groups, tag, tokens, path):
             written.append(path)
     return written
 
@@ -443,13 +529,16 @@ def main(argv=None) -> str:
         print(f"warning: {note}; left out", file=sys.stderr)
     tags = metric_tags(runs, args.metric)
     target = checked_target(args.target, runs)
-    groups = group_runs(runs, group_keys if group_keys is not None else differing_keys(runs))
+    keys = group_keys if group_keys is not None else differing_keys(runs)
+    groups = group_runs(runs, keys)
+    tokens = {label: pretraining_tokens(members[0].settings[START_KEY]) for label, members in groups.items()} \
+        if START_KEY in keys else None
     try:
         args.output.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise UserError(f"{args.output}: cannot create output directory ({error.strerror})") from None
-    written = write_plots(groups, tags, args.output)
-    summary = summary_markdown(groups, tags, left_out, target)
+    written = write_plots(groups, tags, args.output, tokens)
+    summary = summary_markdown(groups, tags, left_out, target, tokens)
     summary_path = args.output / "summary.md"
     atomic_write(summary_path, lambda temp: temp.write_text(summary, encoding="utf-8"))
     print(summary)

@@ -23,7 +23,8 @@ from tqdm import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from atomic import remove_stale_temps  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
-from input_files import BadRecords, InputFile, add_input_arguments, find_inputs, read_documents  # noqa: E402
+from input_files import (DEFAULT_CHUNK_MB, BadRecords, InputFile, add_input_arguments, find_inputs,  # noqa: E402
+                         read_documents)
 from token_stream import TOKENS_PER_STREAM_BLOCK, TokenStreamWriter  # noqa: E402
 from tokenizing import Tokenizing, default_workers  # noqa: E402
 from vocab import load_vocab  # noqa: E402
@@ -60,8 +61,8 @@ def counted_ids(encoded, bar):
 
 
 def tokenize_files(inputs: list[InputFile], vocab_path, output: Path, nproc: int = 1,
-                   chunk_bytes: int = 16 << 20, show_progress: bool = True, text_field: str = "text",
-                   bad: BadRecords | None = None) -> int:
+                   chunk_bytes: int = int(DEFAULT_CHUNK_MB * 2**20), show_progress: bool = True,
+                   text_field: str = "text", bad: BadRecords | None = None) -> int:
     """Tokenize the inputs' documents into the token stream file output; returns the number of tokens written."""
     if nproc < 1:
         raise UserError(f"-n {nproc}: expected at least 1 process")
@@ -106,7 +107,8 @@ def parse_args(argv=None):
     parser.add_argument("-n", "--nproc", type=int, default=default_workers(),
                         help="worker processes (default: the cores this process may use); 1 tokenizes in this "
                              "process, on one core")
-    parser.add_argument("--chunk-mb", type=float, default=16.0, help="text per chunk in MiB (default 16)")
+    parser.add_argument("--chunk-mb", type=float, default=DEFAULT_CHUNK_MB,
+                        help=f"text per chunk in MiB (default {DEFAULT_CHUNK_MB:g})")
     return parser.parse_args(argv)
 
 

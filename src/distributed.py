@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from errors import UserError
+from tokenizing import default_workers
 
 # A collective that waits longer than this fails the run instead of hanging it: long enough for
 # rank 0 to save a large checkpoint while the others wait at the barrier.
@@ -158,12 +159,20 @@ def launch(argv: list[str], nproc: int, master_addr: str, master_port: int) -> i
             shutil.rmtree(error_dir, ignore_errors=True)
 
 
+def threads_per_rank(nproc: int) -> int:
+    """The cores this process may use shared among the ranks: torch gives each process a thread per
+    core, and N ranks each spinning that many threads on the same cores run CPU steps several times
+    slower (torchrun sets 1; OMP_NUM_THREADS set by the user wins)."""
+    return max(1, default_workers() // nproc)
+
+
 def run_ranks(argv: list[str], nproc: int, master_addr: str, master_port: int,
               error_dir: Path) -> tuple[int, int] | None:
     """Start the ranks, pass SIGTERM on to them, and wait: (rank, exit code) of the first that failed."""
     processes = []
+    threads = {"OMP_NUM_THREADS": str(threads_per_rank(nproc))} if "OMP_NUM_THREADS" not in os.environ else {}
     for rank in range(nproc):
-        env = os.environ | {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
+        env = os.environ | threads | {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
                             "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": master_addr,
                             "MASTER_PORT": str(master_port), ERROR_FILE_VARIABLE: str(error_dir / f"rank{rank}.txt"),
                             LAUNCHER_VARIABLE: str(os.getpid())}

@@ -21,6 +21,10 @@ from errors import UserError
 FORMATS = ("text", "jsonl", "parquet", "arrow")
 FORMAT_OF_SUFFIX = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".arrow": "arrow"}
 OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+# Text read and tokenized at once. Measured on the demo corpus x 4 with 2 workers: chunks of 1 MiB
+# prepare it in 26 s with 149 MiB in the largest process, chunks of 16 MiB in 28 s with 511 MiB
+# (chunks in flight and their packing transients dominate the memory).
+DEFAULT_CHUNK_MB = 1.0
 READ_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError)  # gzip.BadGzipFile is an OSError
 STDIN = "-"
 ROWS_PER_BATCH = 4096  # parquet and arrow records read at once

@@ -18,6 +18,7 @@ import numpy as np
 from atomic import remove_stale_temps
 from config import DEFAULTS, RULES, validate
 from errors import UserError
+from input_files import DEFAULT_CHUNK_MB
 from shards import MaskedSample, ShardWriter
 from tokenizing import default_workers
 
@@ -228,7 +229,8 @@ def add_shared_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--nproc", type=int, default=default_workers(),
                         help="processes tokenizing the text (default: the cores this process may use); the shards "
                              "are the same bytes for any -n")
-    parser.add_argument("--chunk-mb", type=float, default=16, help="text read and tokenized at once (default 16)")
+    parser.add_argument("--chunk-mb", type=float, default=DEFAULT_CHUNK_MB,
+                        help=f"text read and tokenized at once, in MiB (default {DEFAULT_CHUNK_MB:g})")
     parser.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS,
                         help="cut the corpus into units of about this many tokens, each a numbered shard of every "
                              f"split (default {DEFAULT_SHARD_TOKENS:,}: about 200 MB per shard in memory); a corpus "

@@ -1,5 +1,5 @@
 """scripts/bench_data.py end to end on a small corpus: both tables, a row per size, and a shard switch
-measured where the corpus (twice the input) spans two shards (the numbers themselves are for a quiet machine)."""
+measured where the corpus (twice the input) spans 16 shards (the numbers themselves are for a quiet machine)."""
 import re
 
 import bench_data
@@ -12,5 +12,7 @@ def test_the_data_benchmark_prints_both_tables_with_a_shard_switch(imdb_corpus, 
     preparation, training = (re.findall(r"^\| (\dx) \|(.*)\|$", table, re.M) for table in tables[-2:])
     assert [size for size, _ in preparation] == [size for size, _ in training] == ["2x"]
     assert "nan" not in preparation[0][1]
-    slowest_step_at_a_switch = training[0][1].split("|")[2].strip()
+    shards, _, _, slowest_step_at_a_switch, *_, loop_against_alone = training[0][1].split("|")
+    assert int(shards) == 16  # 8 for each copy of the input
     assert float(slowest_step_at_a_switch) > 0
+    assert float(loop_against_alone) > 0

@@ -152,6 +152,48 @@ def test_target_gives_the_steps_tokens_and_minutes_each_group_took(runs, tmp_pat
                                                        abs=0.05)
 
 
+def test_grouped_by_start_the_test_scores_stand_against_the_pretraining_behind_each_start(
+        mlm_trained_run, tmp_path, monkeypatch, keep_signal_handlers, skip_flops_measurement):
+    """Starts of 30 and 40 steps, one of 30 + 4 more (two stages in its lineage) and random weights,
+    two seeds each, scored with --test: the tokens column and the scaling plot."""
+    import shutil
+    import torch
+    work = tmp_path / "work"
+    shutil.copytree(mlm_trained_run, work, ignore=shutil.ignore_patterns("run[1-9]*"))
+    monkeypatch.chdir(work)
+    saved = work / "runs" / "run0" / "checkpoints"
+
+    def train(run_id: str, start: Path | None, seed: int) -> Path:
+        begin = ["--cp", str(start), "--switch-training"] if start else []
+        main.main([*begin, "--run-id", run_id, "--seed", str(seed), "--max-iters", "4", "--lr-decay-iters", "4",
+                   "--warmup-iters", "0", "--val-interval", "2"])
+        return work / "runs" / run_id
+
+    two_stages = train("longer", saved / "checkpoint-30.pt", 1) / "checkpoints" / "checkpoint.pt"
+    starts = {"steps30": saved / "checkpoint-30.pt", "steps40": saved / "checkpoint.pt",
+              "steps30and4": two_stages, "random": None}
+    run_dirs = []
+    for name, start in starts.items():
+        for seed in (1, 2):
+            run_dirs.append(train(f"{name}-{seed}", start, seed))
+            main.main(["--cp", str(run_dirs[-1] / "checkpoints" / "checkpoint.pt"), "--test"])
+    summary, out = compare(tmp_path, *run_dirs, "--group-by", "start")
+
+    def tokens_of(path: Path) -> int:
+        return torch.load(path, map_location="cpu", weights_only=True)["tokens"]
+
+    expected = {f"start={start.resolve()}": tokens_of(start) for start in starts.values() if start}
+    expected[f"start={two_stages.resolve()}"] += tokens_of(saved / "checkpoint-30.pt")
+    expected["start=none"] = 0
+    rows = table_rows(summary, "test/accuracy")
+    assert {label: float(cells[0]) for label, cells in rows.items()} == pytest.approx(
+        {label: count / 1e6 for label, count in expected.items()}, rel=1e-2)
+    assert {cells[1] for cells in rows.values()} == {"2"}
+    plot = out / "test_accuracy_vs_pretraining_tokens.png"
+    assert plot.read_bytes().startswith(PNG_SIGNATURE)
+    assert not (out / "test_examples_vs_pretraining_tokens.png").exists()  # a count, not a score
+
+
 @pytest.mark.parametrize("arguments, message", [
     (["{tmp}"], "error: {tmp}: not a run directory (no config.ini and no logs/)"),
     (["{run}", "--target", "accuracy"], "error: --target accuracy: expected METRIC:VALUE, a validation metric and "

@@ -248,3 +248,27 @@ def test_where_there_is_no_parent_death_signal_a_watching_thread_ends_the_rank()
             subprocess.run(["kill", "-KILL", str(pid)])
             raise AssertionError("the watcher outlived its parent")
         time.sleep(0.1)
+
+
+@pytest.mark.parametrize("cores, nproc, user_setting, expected", [
+    (8, 4, None, "2"), (2, 2, None, "1"), (1, 2, None, "1"), (8, 4, "3", "3")])
+def test_the_ranks_share_the_cores_unless_omp_num_threads_is_set(monkeypatch, tmp_path, cores, nproc, user_setting,
+                                                                 expected):
+    """Each rank's torch takes a thread per core: N ranks on the same cores get cores // N each."""
+    environments = []
+
+    class Started:
+        pid = 0
+
+        def __init__(self, command, env):
+            environments.append(env)
+
+    monkeypatch.setattr(distributed.subprocess, "Popen", Started)
+    monkeypatch.setattr(distributed, "wait_for_first_failure", lambda processes: None)
+    monkeypatch.setattr(distributed, "default_workers", lambda: cores)
+    if user_setting is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", user_setting)
+    distributed.run_ranks([], nproc, "127.0.0.1", free_port(), tmp_path)
+    assert [env["OMP_NUM_THREADS"] for env in environments] == [expected] * nproc
