@@ -9,8 +9,9 @@ Every measurement runs in its own child process (peak RSS sampled every 20 ms: t
 processes, and all of them together). The corpus at size K is the demo corpus written K times; the
 shards are cut so that the 1x corpus makes --shards-per-1x of them (--shard-tokens), so that
 preparation works in units of one size at every K and training crosses shard switches in the steps
-it measures. The training loop's mean step is set against the same step timed alone
-(scripts/profile_step.py's timing, on the same shards). Prints markdown tables.
+it measures. The training loop's median step is set against the same step timed alone
+(built and warmed as scripts/profile_step.py does, on the same shards, just before and just after
+the loop: the mean of the two medians). Prints markdown tables.
 """
 import argparse
 import json
@@ -104,7 +105,7 @@ def step_train(workdir: str, steps: int, nproc: int) -> dict:
 
 
 def step_alone(workdir: str, steps: int) -> dict:
-    """The training step timed alone, as scripts/profile_step.py times it: seconds per step."""
+    """The training step timed alone, as scripts/profile_step.py builds and warms it: each step's seconds."""
     os.chdir(workdir)
     import profile_step
     from ini import load_config
@@ -112,8 +113,12 @@ def step_alone(workdir: str, steps: int) -> dict:
     meter = trainer.throughput_meter(run)
     for _ in range(5):  # warm-up, as profile_step's default
         trainer.train_step(run, batches, meter)
-    seconds, _, _ = profile_step.time_steps(trainer, run, batches, meter, steps)
-    return {"seconds": seconds}
+    times = []
+    for _ in range(steps):
+        started = time.perf_counter()
+        trainer.train_step(run, batches, meter)
+        times.append(time.perf_counter() - started)
+    return {"step_seconds": times}
 
 
 STEPS = {"prepare": step_prepare, "datasets": step_datasets, "train": step_train, "alone": step_alone}
@@ -204,9 +209,12 @@ def run_benchmark(args, work: Path) -> dict:
                                              shard_tokens=0, **common)
         shards = work / f"shards-{scale}x-n1"
         workdir = str(train_workdir(work, shards, args.vocab, args.steps, args.seq_len))
+        # the step alone just before and just after the loop: the machine's drift between them averages out
+        alone = [measure("alone", workdir=workdir, steps=min(args.steps, 100))]
         for nproc in (1, 2):
             results["train"][scale, nproc] = measure("train", workdir=workdir, steps=args.steps, nproc=nproc)
-        results["alone"][scale] = measure("alone", workdir=workdir, steps=min(args.steps, 100))
+            alone += [measure("alone", workdir=workdir, steps=min(args.steps, 100))] if nproc == 1 else []
+        results["alone"][scale] = alone
         results["shards"][scale] = len(list(shards.glob("train_*")))
         finished = args.scales[:args.scales.index(scale) + 1]
         print(f"up to {scale}x:\n{report(results, finished)}", file=sys.stderr)  # kept if a larger size fails
@@ -224,16 +232,17 @@ def report(results: dict, scales: list[int]) -> str:
                      f"{speed[1] / speed[2]:.2f} | {peaks(two)} | {peaks(hf)} |")
     lines += ["", "| corpus | train shards | training peak RSS per process MiB, 1 process | 2 processes | "
               "slowest step at a shard switch s | median step s | switch / median | loop mean step s | "
-              "step alone s | loop / alone |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "step alone, median s | loop / alone, medians |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for scale in scales:
         one, two, alone = results["train"][scale, 1], results["train"][scale, 2], results["alone"][scale]
         times = one["step_seconds"][1:]  # the first step builds everything
         median, mean = float(np.median(times)), float(np.mean(times))
         at_switch = max((one["step_seconds"][step] for step in one["switch_steps"]
                          if step < len(one["step_seconds"])), default=float("nan"))
+        alone_median = float(np.mean([np.median(each["step_seconds"]) for each in alone]))
         lines.append(f"| {scale}x | {results['shards'][scale]} | {one['process_peak'] / MIB:,.0f} | "
                      f"{two['process_peak'] / MIB:,.0f} | {at_switch:.4f} | {median:.4f} | {at_switch / median:.2f} | "
-                     f"{mean:.4f} | {alone['seconds']:.4f} | {mean / alone['seconds']:.3f} |")
+                     f"{mean:.4f} | {alone_median:.4f} | {median / alone_median:.3f} |")
     return "\n".join(lines)
 
 
