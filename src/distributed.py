@@ -124,12 +124,14 @@ def rank_main(run):
     when launch() started us, else it is raised; the process group is left either way."""
     if LAUNCHER_VARIABLE in os.environ:
         die_with_launcher(int(os.environ[LAUNCHER_VARIABLE]))
+    error_file = os.environ.get(ERROR_FILE_VARIABLE)
     try:
         run()
         if dist.is_initialized():
             dist.barrier()  # leave together: a rank exiting while a peer still talks to it aborts the peer
+        if error_file:
+            finished_file(Path(error_file)).touch()  # every rank has finished: the run is complete
     except Exception as error:
-        error_file = os.environ.get(ERROR_FILE_VARIABLE)
         if not error_file:
             raise
         if isinstance(error, UserError):
@@ -139,6 +141,11 @@ def rank_main(run):
         sys.exit(1)
     finally:
         leave()
+
+
+def finished_file(error_file: Path) -> Path:
+    """Where a rank of launch() says that it, and so every rank, has finished the run (rankN.finished)."""
+    return error_file.with_suffix(".finished")
 
 
 def launch(argv: list[str], nproc: int, master_addr: str, master_port: int) -> int:
@@ -169,12 +176,12 @@ def threads_per_rank(nproc: int) -> int:
 def run_ranks(argv: list[str], nproc: int, master_addr: str, master_port: int,
               error_dir: Path) -> tuple[int, int] | None:
     """Start the ranks, pass SIGTERM on to them, and wait: (rank, exit code) of the first that failed."""
-    processes = []
+    processes, error_files = [], [error_dir / f"rank{rank}.txt" for rank in range(nproc)]
     threads = {"OMP_NUM_THREADS": str(threads_per_rank(nproc))} if "OMP_NUM_THREADS" not in os.environ else {}
     for rank in range(nproc):
         env = os.environ | threads | {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
                             "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": master_addr,
-                            "MASTER_PORT": str(master_port), ERROR_FILE_VARIABLE: str(error_dir / f"rank{rank}.txt"),
+                            "MASTER_PORT": str(master_port), ERROR_FILE_VARIABLE: str(error_files[rank]),
                             LAUNCHER_VARIABLE: str(os.getpid())}
         processes.append(subprocess.Popen([sys.executable, str(MAIN), *argv], env=env))
     print(f"started {nproc} processes: " + ", ".join(f"rank {rank} pid {process.pid}"
@@ -187,7 +194,7 @@ def run_ranks(argv: list[str], nproc: int, master_addr: str, master_port: int,
                 process.send_signal(signum)
     previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return wait_for_first_failure(processes)
+        return wait_for_first_failure(processes, [finished_file(path) for path in error_files])
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -200,11 +207,15 @@ def report_failure(rank: int, code: int, nproc: int, error_dir: Path) -> int:
     if error_files:
         print(f"error: {error_files[0].read_text(encoding='utf-8')}", file=sys.stderr)
         return 2
-    how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+    how = exit_description(code)
     tracebacks = sorted(error_dir.glob("*.traceback"))
     where = f" (tracebacks: {', '.join(map(str, tracebacks))})" if tracebacks else ""
     print(f"error: rank {rank} of {nproc} {how}; the other ranks were stopped{where}", file=sys.stderr)
     return 128 - code if code < 0 else code
+
+
+def exit_description(code: int) -> str:
+    return f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
 
 
 def check_port_free(port: int):
@@ -218,10 +229,27 @@ def check_port_free(port: int):
                             f"choose a free one") from None
 
 
-def wait_for_first_failure(processes: list[subprocess.Popen]) -> tuple[int, int] | None:
-    """Wait for all; on the first non-zero exit kill the rest and return (rank, exit code)."""
+def exit_codes(processes: list[subprocess.Popen], finished: list[Path], warned: set) -> list[int | None]:
+    """Each rank's exit code so far (None: running), 0 for one that failed after its `finished`
+    file, with a warning the first time (its rank goes into `warned`)."""
+    codes = [process.poll() for process in processes]
+    for rank, code in enumerate(codes):
+        if code not in (None, 0) and finished[rank].exists():
+            if rank not in warned:
+                print(f"warning: rank {rank} {exit_description(code)} after the run had finished "
+                      f"(in torch.distributed's teardown); the run is complete", file=sys.stderr, flush=True)
+                warned.add(rank)
+            codes[rank] = 0
+    return codes
+
+
+def wait_for_first_failure(processes: list[subprocess.Popen], finished: list[Path]) -> tuple[int, int] | None:
+    """Wait for all; on the first non-zero exit kill the rest and return (rank, exit code). A rank
+    that failed after writing its `finished` file (every rank had passed the last barrier) failed
+    in torch.distributed's teardown, with the run complete: a warning, not a failure."""
+    warned = set()
     while True:
-        codes = [process.poll() for process in processes]
+        codes = exit_codes(processes, finished, warned)
         failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
         if failed:
             for process in processes:

@@ -1,5 +1,6 @@
 """Training in two CPU processes (gloo): the same losses as one process with twice the batch, one
 run directory, exact resume, a failed rank ends the run, and torchrun runs the same main.py."""
+import os
 import re
 import shutil
 import signal
@@ -203,11 +204,28 @@ class FinishedProcess:
         raise AssertionError("a finished process is not killed")
 
 
-def test_the_launcher_names_the_rank_that_died_not_the_one_gloo_aborted_after_it():
+def test_the_launcher_names_the_rank_that_died_not_the_one_gloo_aborted_after_it(tmp_path):
     aborted, killed = FinishedProcess(-signal.SIGABRT), FinishedProcess(-signal.SIGKILL)
-    assert distributed.wait_for_first_failure([aborted, killed]) == (1, -signal.SIGKILL)
-    assert distributed.wait_for_first_failure([FinishedProcess(0), aborted]) == (1, -signal.SIGABRT)
-    assert distributed.wait_for_first_failure([FinishedProcess(0), FinishedProcess(0)]) is None
+    unfinished = [tmp_path / "rank0.finished", tmp_path / "rank1.finished"]
+    assert distributed.wait_for_first_failure([aborted, killed], unfinished) == (1, -signal.SIGKILL)
+    assert distributed.wait_for_first_failure([FinishedProcess(0), aborted], unfinished) == (1, -signal.SIGABRT)
+    assert distributed.wait_for_first_failure([FinishedProcess(0), FinishedProcess(0)], unfinished) is None
+
+
+def test_a_rank_that_dies_in_teardown_after_the_run_finished_fails_nothing(tmp_path, capsys):
+    """rank_main marks a rank finished once every rank has passed the last barrier; a rank that
+    then dies (gloo can abort one in torch.distributed's teardown) leaves a complete run: the
+    launcher warns and waits for the others, and a rank that dies before its mark still fails."""
+    error_file = tmp_path / "rank1.txt"
+    rank = subprocess.Popen([sys.executable, "-c", f"import os, sys; sys.path.insert(0, {str(ROOT / 'src')!r}); "
+                             "import distributed; distributed.rank_main(lambda: None); os.abort()"],
+                            env={**os.environ, distributed.ERROR_FILE_VARIABLE: str(error_file)})
+    rank.wait(timeout=TIMEOUT)
+    assert rank.returncode == -signal.SIGABRT
+    finished = [tmp_path / "rank0.finished", distributed.finished_file(error_file)]
+    assert distributed.wait_for_first_failure([FinishedProcess(0), rank], finished) is None
+    assert capsys.readouterr().err.count("warning: rank 1 was killed by SIGABRT after the run had finished") == 1
+    assert distributed.wait_for_first_failure([rank, FinishedProcess(0)], finished) == (0, -signal.SIGABRT)
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="looks the ranks up in /proc")
@@ -264,7 +282,7 @@ def test_the_ranks_share_the_cores_unless_omp_num_threads_is_set(monkeypatch, tm
             environments.append(env)
 
     monkeypatch.setattr(distributed.subprocess, "Popen", Started)
-    monkeypatch.setattr(distributed, "wait_for_first_failure", lambda processes: None)
+    monkeypatch.setattr(distributed, "wait_for_first_failure", lambda processes, finished: None)
     monkeypatch.setattr(distributed, "default_workers", lambda: cores)
     if user_setting is None:
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
