@@ -315,7 +315,7 @@ def test_compare_runs_groups_fine_tunings_by_their_start_and_tables_test_accurac
     section = summary.split("## test/accuracy:", 1)[1].split("\n## ", 1)[0]
     rows = {cells[0]: cells[1:] for cells in ([cell.strip() for cell in line.strip("|").split("|")]
                                               for line in section.splitlines() if line.startswith("| "))}
-    pretrained = torch.load(mlm_checkpoint, map_location="cpu", weights_only=True)["tokens"] / 1e6
+    pretrained = checkpoints.load(mlm_checkpoint)["tokens"] / 1e6
     assert rows[f"start={mlm_checkpoint.resolve()}"][:3] == [f"{pretrained:.3g}", "1",
                                                             f"{scores[0]['test_accuracy']:.4f} ± –"]
     assert rows["start=none"][:3] == ["0", "1", f"{scores[1]['test_accuracy']:.4f} ± –"]
