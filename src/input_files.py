@@ -10,6 +10,7 @@ import glob
 import gzip
 import json
 import lzma
+import re
 import sys
 import zlib
 from dataclasses import dataclass
@@ -33,6 +34,10 @@ ROWS_PER_BATCH = 4096  # parquet and arrow records read at once
 # so a one-line corpus (text8, 100 MB) is tokenized in bounded memory. Words do not cross spaces,
 # so the ids are the same.
 MAX_LINE_CHARS = 1 << 16
+
+# JSON may escape half of a UTF-16 pair alone ("\ud800", common in web dumps); Python reads it into
+# a string that no UTF-8 encoder, the tokenizer's included, accepts.
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -144,6 +149,7 @@ class BadRecords:
         self.first: str | None = None
 
     def found(self, where: str, what: str) -> None:
+        what = without_lone_surrogates(what)  # a record shown in the message may hold one
         if not self.skip:
             raise UserError(f"{where}: {what} (--skip-bad-records skips such records)")
         self.count += 1
@@ -274,9 +280,15 @@ def record_text(each: InputFile, number: int, line: bytes, text_field: str, bad:
 
 def checked_text(where: str, what: str, value, bad: BadRecords) -> str | None:
     if isinstance(value, str):
-        return value
+        return without_lone_surrogates(value)
     bad.found(where, f"{what} is {json_type(value)} ({shown(value)}), expected a string")
     return None
+
+
+def without_lone_surrogates(text: str) -> str:
+    """The text with each lone surrogate replaced by U+FFFD, as a UTF-8 decoder replaces a bad byte:
+    the record's other text is good, and a web dump has too many such records to refuse or drop."""
+    return text if text.isascii() else LONE_SURROGATE.sub("\ufffd", text)
 
 
 def json_type(value) -> str:

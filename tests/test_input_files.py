@@ -278,3 +278,14 @@ def test_input_mistakes_are_one_line(tmp_path, vocab_dir):
         errors = [line for line in result.stderr.splitlines() if line.startswith("error")]  # after a progress bar
         assert result.returncode == 2 and len(errors) == 1 and message in errors[0], (argv, result.stderr)
         assert "Traceback" not in result.stderr
+
+
+def test_a_lone_surrogate_in_json_is_read_as_the_replacement_character(imdb_reviews, vocab_dir, tmp_path, capsys):
+    """JSON's "\\ud800" (half a UTF-16 pair, common in web dumps) becomes U+FFFD, as a bad UTF-8 byte
+    would, and every script reads the record, with --skip-bad-records or without."""
+    path = with_bad_record(tmp_path / "surrogate.jsonl", imdb_reviews[:50], '{"text": "caf\\ud800 au lait \\udfff"}')
+    assert documents_of(path)[1] == "caf\ufffd au lait \ufffd"
+    for skip in ([], ["--skip-bad-records"]):
+        for name, (main, argv) in script_runs(path, vocab_dir, tmp_path / f"out{len(skip)}").items():
+            main(argv + skip)
+            assert "bad records skipped" not in capsys.readouterr().out, name
