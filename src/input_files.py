@@ -89,7 +89,7 @@ def find_inputs(patterns, format: str | None = None) -> list[InputFile]:
         if pattern == STDIN:
             inputs.append(InputFile(None, format or "text"))
             continue
-        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        matches = sorted(glob.glob(pattern)) if is_a_pattern(pattern) else [pattern]
         if not matches:
             raise UserError(f"{pattern}: no file matches this pattern")
         for match in matches:
@@ -97,6 +97,11 @@ def find_inputs(patterns, format: str | None = None) -> list[InputFile]:
     for each in inputs:
         check_input(each, stdin_count=sum(other.path is None for other in inputs))
     return inputs
+
+
+def is_a_pattern(name: str) -> bool:
+    """A glob to expand: a name with *, ? or [...] that is not itself a path there ("data [v2]/corpus.txt")."""
+    return glob.has_magic(name) and not Path(name).exists()
 
 
 def inputs_in(path: Path, format: str | None) -> list[InputFile]:
@@ -127,6 +132,8 @@ def check_input(each: InputFile, stdin_count: int) -> None:
     if each.path is None:
         if stdin_count > 1:
             raise UserError("-: standard input named twice")
+        if sys.stdin is None:  # started with standard input closed (`<&-`)
+            raise UserError("-: standard input is closed")
         if each.format not in ("text", "jsonl"):
             raise UserError(f"-: standard input is read as text or jsonl, not --format {each.format}")
         return

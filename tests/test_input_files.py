@@ -19,6 +19,7 @@ import prepare_mlm_dataset
 import prepare_mlm_fixed_len_dataset_from_ids as prepare_fixed_len
 import tokenize_text
 import train_vocab
+from errors import UserError
 from input_files import byte_pieces, find_inputs, line_batches, read_documents
 from shards import read_shard
 from token_stream import read_token_stream
@@ -289,3 +290,23 @@ def test_a_lone_surrogate_in_json_is_read_as_the_replacement_character(imdb_revi
         for name, (main, argv) in script_runs(path, vocab_dir, tmp_path / f"out{len(skip)}").items():
             main(argv + skip)
             assert "bad records skipped" not in capsys.readouterr().out, name
+
+
+def test_an_existing_path_with_glob_characters_is_taken_literally(tmp_path):
+    folder = tmp_path / "data [v2]"
+    folder.mkdir()
+    (folder / "corpus.txt").write_text("one review\nanother review\n", encoding="utf-8")
+    assert documents_of(folder / "corpus.txt") == ["one review", "another review"]
+    assert documents_of(folder) == ["one review", "another review"]
+    with pytest.raises(UserError, match="no file matches"):  # a glob, whose [v2] is a character class
+        documents_of(tmp_path / "data [v2]" / "corp*.txt")
+
+
+def test_standard_input_closed_is_one_line(tmp_path, vocab_dir):
+    for script, options in (("prepare_mlm_dataset.py", ["-l", "r", "-o", str(tmp_path / "out"), "-v", str(vocab_dir)]),
+                            ("train_vocab.py", ["-o", str(tmp_path / "out")])):
+        result = subprocess.run(f'"{sys.executable}" "{ROOT / "scripts" / script}" -i - '
+                                + " ".join(f'"{option}"' for option in options) + " <&-",
+                                shell=True, capture_output=True, text=True)
+        assert result.returncode == 2 and result.stderr == "error: -: standard input is closed\n", result.stderr
+        assert not (tmp_path / "out").exists()
