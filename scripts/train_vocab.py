@@ -43,6 +43,8 @@ def train_vocab(inputs: list[InputFile], out_dir: Path, vocab_size: int, min_fre
         tokenizer.train_from_iterator(read_documents(inputs, text_field, bad), vocab_size=vocab_size,
                                       min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
                                       show_progress=show_progress)
+        if len(tokenizer.get_vocab()) <= len(SPECIAL_TOKENS):  # blank lines only: nothing to write
+            raise UserError(f"{', '.join(map(str, inputs))}: no text to learn a vocabulary from")
     target = out_dir / "vocab.txt"
     temp = out_dir / f".vocab.txt.{os.getpid()}.tmp"  # renamed when complete: never half a vocabulary
     try:

@@ -88,6 +88,17 @@ def test_train_vocab_main_missing_input_exits_2_with_one_line(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_train_vocab_on_blank_input_writes_nothing_and_says_so_in_one_line(tmp_path, capsys):
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n   \n\t\n", encoding="utf-8")
+    out = tmp_path / "vocab"
+    with pytest.raises(SystemExit) as exit_info:
+        train_vocab.main(["-i", str(blank), "-o", str(out)])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"error: {blank}: no text to learn a vocabulary from\n"
+    assert not out.exists()
+
+
 def test_training_twice_gives_the_same_vocabulary(imdb_corpus, tmp_path):
     from input_files import find_inputs
     from train_vocab import train_vocab
