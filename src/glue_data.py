@@ -18,6 +18,9 @@ from glue_tasks import GlueTask, glue_task, is_test_split, task_split
 HIDDEN_LABEL = -1  # what test splits hold where the label is kept back (HF parquet, and ours in memory)
 HIDDEN_SCORE = float("nan")  # STS-B's hidden label in memory: -1 would pass for a (bad) score
 SIMILARITY_RANGE = (0.0, 5.0)  # STS-B's scores
+# csv's default (131,072 characters) stops at a long scraped sentence. Unquoted, a field ends at its
+# line, so the limit guards against nothing here; this one is the largest every platform accepts.
+TSV_FIELD_LIMIT = 2**31 - 1
 
 
 # ----------------------------------------------------------------------------- finding the files
@@ -101,7 +104,22 @@ def read_split(directory: Path, task: "GlueTask | str", split: str) -> Examples:
     files = find_split_files(directory, task, split)
     reader = read_parquet_examples if files[0].suffix == ".parquet" else read_tsv_examples
     parts = [reader(path, task, split) for path in files]
+    if all(part.labels_hidden for part in parts):
+        check_unique_index(parts, files)
     return concatenated(parts, tuple(files))
+
+
+def check_unique_index(parts: list[Examples], files: list[Path]):
+    """Where the labels are hidden, the index names one example each: the server's file has a row
+    per index, and two rows with one index are no submission."""
+    seen: dict[int, Path] = {}
+    for part, path in zip(parts, files):
+        for number in part.index.tolist():
+            if number in seen:
+                elsewhere = "" if seen[number] == path else f" (one in {seen[number]})"
+                raise UserError(f"{path}: index {number} is on two test examples{elsewhere}; "
+                                f"the submission needs one row per example")
+            seen[number] = path
 
 
 def concatenated(parts: list[Examples], files: tuple[Path, ...]) -> Examples:
@@ -130,11 +148,14 @@ def read_parquet_examples(path: Path, task: GlueTask, split: str) -> Examples:
 def read_tsv_rows(path: Path) -> list[list[str]]:
     """Tab-separated fields, quotes taken as text: GLUE's files are not quoted, and a question that
     starts with `"` (QQP, MNLI) must not swallow the tabs and lines up to the next quote."""
+    default_limit = csv.field_size_limit(TSV_FIELD_LIMIT)
     try:  # utf-8-sig: MRPC's files start with a byte-order mark, which would hide `Quality`
         with path.open(encoding="utf-8-sig", newline="") as file:
             return list(csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE))
     except (OSError, UnicodeDecodeError) as error:
         raise UserError(f"{path}: cannot read ({error})") from None
+    finally:
+        csv.field_size_limit(default_limit)
 
 
 def tsv_layout(path: Path, task: GlueTask, header: list[str]) -> tuple[dict[str, int], bool]:

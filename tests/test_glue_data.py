@@ -191,6 +191,25 @@ def test_qqp_as_distributed_quotes_broken_rows_and_empty_questions(tmp_path, sen
     assert examples.skipped_lines == (3, 4)
 
 
+def test_a_sentence_longer_than_csvs_default_field_limit_is_read(tmp_path, sentences):
+    """Python's csv stops at 131,072 characters a field; a long scraped review is still one sentence."""
+    long_sentence = " ".join(sentences) * (200_000 // len(" ".join(sentences)) + 1)
+    (tmp_path / "SST-2").mkdir()
+    (tmp_path / "SST-2" / "train.tsv").write_text(f"sentence\tlabel\n{long_sentence}\t1\nshort\t0\n", encoding="utf-8")
+    examples = read_split(tmp_path, "sst2", "train")
+    assert examples.first == [long_sentence, "short"] and len(long_sentence) > 131_072
+
+
+def test_an_index_twice_across_a_test_splits_shards_is_named(tmp_path, sentences):
+    task = TASKS["qnli"]
+    rows = split_rows(task, "test", sentences)
+    rows["index"] = np.arange(ROWS) % (ROWS // 2)  # the second shard repeats the first's
+    write_parquet_split(tmp_path, task, "test", rows, shards=2)
+    with pytest.raises(UserError, match=r"test-00001-of-00002.parquet: index 0 is on two test examples "
+                                        r"\(one in .*test-00000-of-00002.parquet\)"):
+        read_split(tmp_path, "qnli", "test")
+
+
 # ----------------------------------------------------------------------------- bad files
 
 def parquet_file(task_name: str, split: str, columns: dict):
@@ -259,6 +278,10 @@ BAD_FILES = [  # (task, split, what is written, what the one-line error says)
      "or RTE/dev.tsv (GLUE TSV)"),
     ("sst2", "train", tsv_file("sst2", "train-00000-of-00001.parquet", "not parquet"),
      "sst2/train-00000-of-00001.parquet: not a readable parquet file"),
+    ("rte", "test", tsv_file("RTE", "test.tsv", "index\tsentence1\tsentence2\n0\tA.\tB.\n1\tC.\tD.\n0\tE.\tF.\n"),
+     "RTE/test.tsv: index 0 is on two test examples"),
+    ("sst2", "test", parquet_file("sst2", "test", {"sentence": ["good", "bad"], "label": [-1, -1], "idx": [7, 7]}),
+     "sst2/test-00000-of-00001.parquet: index 7 is on two test examples"),
 ]
 
 
