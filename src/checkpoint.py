@@ -6,6 +6,7 @@ A checkpoint is a dict saved with torch.save. Its "optimizer" is None for a star
 """
 import hashlib
 import os
+import re
 import shutil
 import warnings
 import dataclasses
@@ -68,14 +69,21 @@ def lineage(checkpoint: dict) -> list[dict]:
 
 
 def save(path: Path, state: dict):
-    atomic_write(path, lambda temp: save_to_file(state, temp))
+    atomic_write(path, lambda temp: save_to_file(state, temp, path))
 
 
-def save_to_file(state: dict, path: Path):
-    """torch.save, with the state's checksum, through a Python file, so that a full disk's OSError
-    stays attached to the RuntimeError torch raises."""
-    with open(path, "wb") as file:
+def save_to_file(state: dict, temp: Path, path: Path):
+    """torch.save to temp, with the state's checksum, through a Python file, so that a full disk's
+    OSError stays attached to the RuntimeError torch raises; then temp is read back as load() reads
+    it, so a state the safe load would refuse (a numpy scalar, say) never becomes `path`."""
+    with open(temp, "wb") as file:
         torch.save({**state, "checksum": checksum(state)}, file)
+    try:
+        torch.load(temp, map_location="cpu", weights_only=True, mmap=True)  # mmap: the pickle, not the tensors
+    except Exception as error:  # weights_only's refusal is an UnpicklingError; any other failure too
+        refused = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
+        reason = f"it holds a {refused.group(1)}" if refused else error.__class__.__name__
+        raise RuntimeError(f"{path}: not saved: the checkpoint would not load safely ({reason})") from None
 
 
 def checksum(state: dict) -> str:
@@ -234,7 +242,7 @@ def save_latest(directory: Path, state: dict, keep: int):
             except OSError:  # a file system without hard links
                 shutil.copyfile(latest, previous)
 
-    atomic_write(latest, lambda temp: save_to_file(state, temp), before_rename=keep_previous)
+    atomic_write(latest, lambda temp: save_to_file(state, temp, latest), before_rename=keep_previous)
     older = sorted(directory.glob("checkpoint-*.pt"), key=lambda p: int(p.stem.split("-")[1]))
     for stale in older[:max(0, len(older) - (keep - 1))]:
         stale.unlink()

@@ -35,7 +35,7 @@ def matthews_from_confusion(confusion: np.ndarray) -> float:
     numerator = correct * total - true_counts @ predicted_counts
     denominator = math.sqrt(total ** 2 - predicted_counts @ predicted_counts) * math.sqrt(
         total ** 2 - true_counts @ true_counts)
-    return numerator / denominator if denominator else 0.0
+    return float(numerator / denominator) if denominator else 0.0
 
 
 def pearson(labels: np.ndarray, predictions: np.ndarray) -> float:

@@ -225,7 +225,7 @@ class Trainer:
         run.log.scalars(run.step, scalars)
         if self.rank == 0:
             run.log(task.show_predictions(model, self.autocast))
-        score = metrics[task.best_metric]
+        score = float(metrics[task.best_metric])  # a numpy scalar would not load with weights_only
         if run.best is None or (score < run.best if task.lower_is_better else score > run.best):
             run.best = score
             self.save(run, "best")

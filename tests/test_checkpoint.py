@@ -6,6 +6,7 @@ import os
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -41,6 +42,16 @@ def test_save_then_load_gives_the_same_tensors_and_settings(tmp_path):
     assert loaded["step"] == 7 and loaded["best"] == 1.5 and loaded["task"] == "mlm"
     assert all(torch.equal(loaded["model"][name], tensor) for name, tensor in state["model"].items())
     assert not list(tmp_path.glob(".*.tmp"))  # the temp file was renamed into place
+
+
+@pytest.mark.parametrize("save", [checkpoints.save, lambda path, state: checkpoints.save_latest(path.parent, state, 2)])
+def test_a_state_the_safe_load_would_refuse_is_never_written(tmp_path, save):
+    path = tmp_path / "checkpoint.pt"
+    save(path, small_state(step=3))
+    with pytest.raises(RuntimeError, match="checkpoint.pt: not saved: the checkpoint would not load safely"):
+        save(path, small_state(step=4, best=np.float64(0.5)))  # a numpy scalar is not among weights_only's types
+    assert checkpoints.load(path)["step"] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]
 
 
 def test_a_pickle_that_runs_code_is_refused_without_running(tmp_path):

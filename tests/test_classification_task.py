@@ -113,6 +113,9 @@ def test_cola_layout_and_matthews(tmp_path):
     # the training metrics from sums agree with GLUE's metric on the predictions themselves
     labels, predictions = np.repeat([0, 0, 1, 1], [tn, fp, fn, tp]), np.repeat([0, 1, 0, 1], [tn, fp, fn, tp])
     assert glue_metrics.matthews_correlation(labels, predictions) == pytest.approx(expected)
+    # plain floats: a numpy scalar in a checkpoint's "best" would fail the safe load
+    assert type(metrics["matthews"]) is float
+    assert type(glue_metrics.matthews_correlation(labels, predictions)) is float
     assert confusion_metrics(np.array([[60, 0], [40, 0]]))["matthews"] == 0.0  # a constant guess
 
 
@@ -497,3 +500,24 @@ def test_classify_task_takes_num_labels_classes_named_by_number(glue_workdir, se
     classify.main(["--cp", str(run_dir / "checkpoints" / "best.pt"), texts[0]])
     label, probability, text = capsys.readouterr().out.rstrip("\n").split("\t")
     assert label in ("0", "1", "2") and 1 / 3 <= float(probability) <= 1 and text == texts[0]
+
+
+def test_a_cola_run_whose_score_is_a_numpy_scalar_saves_checkpoints_that_load(base_dir, mlm_checkpoint, monkeypatch,
+                                                                               rotten_tomatoes):
+    """Whatever type a metric returns, best.pt and checkpoint.pt load safely, resume and --test."""
+    cola = base_dir / "CoLA"
+    cola.mkdir(exist_ok=True)
+    both = rotten_tomatoes[:160] + rotten_tomatoes[-160:]  # both labels in each split; a labelled test split
+    for name, rows in (("train.tsv", both[::2]), ("dev.tsv", both[1::2]), ("test.tsv", both[1::4])):
+        (cola / name).write_text("".join(f"gj04\t{label}\t\t{text}\n" for text, label in rows))
+    real = glue_metrics.matthews_from_confusion
+    monkeypatch.setattr(glue_metrics, "matthews_from_confusion", lambda confusion: np.float64(real(confusion)) + 0.25)
+    monkeypatch.chdir(base_dir)
+    settings = ["--task-type", "cola", "--glue-dir", "CoLA", "--max-iters", "8", "--lr-decay-iters", "8",
+                "--val-interval", "4", "--warmup-iters", "2"]
+    run_dir = main.run(main.load_config(None, settings), mlm_checkpoint, False)
+    best = checkpoints.load(run_dir / "checkpoints" / "best.pt")
+    assert type(best["best"]) is float and best["best"] >= 0.25
+    assert checkpoints.load(run_dir / "checkpoints" / "checkpoint.pt")["step"] == 8
+    metrics = main.run(main.load_config(None, settings), run_dir / "checkpoints" / "best.pt", True)
+    assert metrics["test_matthews"] >= 0.25
