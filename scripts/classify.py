@@ -11,6 +11,7 @@ Examples:
     python scripts/classify.py --cp demo/runs/run1/checkpoints/best.pt -i sentences.txt
 """
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from model import BertForSequenceClassification  # noqa: E402
 
 CLASSIFIERS = {task: BertForSequenceClassification for task in CLASSIFICATION_TASKS}
 PAIR_SEPARATOR = "|||"
+BROKEN_PIPE_STATUS = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool its closed pipe ended
 
 
 def split_pairs(texts: list[str], task: str) -> tuple[list[str], list[str] | None]:
@@ -82,6 +84,19 @@ def read_sentences(path: Path) -> list[str]:
     return sentences
 
 
+def print_lines(lines):
+    """Print the lines; a reader that stops reading (`| head -n1`) ends the script quietly, as it
+    ends a Unix tool."""
+    try:
+        for line in lines:
+            print(line)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: into the closed pipe, it would print a second error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(BROKEN_PIPE_STATUS)
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cp", type=Path, required=True, help="a fine-tuned checkpoint of a GLUE task or classify")
@@ -104,8 +119,8 @@ def main(argv=None):
     # cut as fine-tuning cut them: to the run's seq-len, within the position table
     seq_len = min(int(checkpoint["config"].get("seq-len", model.config.max_len)), model.config.max_len)
     names = glue_tasks.label_names(task, model.config.num_labels)
-    for text, (label, value) in zip(texts, classify(model, vocab, first, second, seq_len)):
-        print(f"{value:.3f}\t{text}" if model.config.num_labels == 1 else f"{names[label]}\t{value:.3f}\t{text}")
+    print_lines(f"{value:.3f}\t{text}" if model.config.num_labels == 1 else f"{names[label]}\t{value:.3f}\t{text}"
+                for text, (label, value) in zip(texts, classify(model, vocab, first, second, seq_len)))
 
 
 if __name__ == "__main__":
