@@ -12,7 +12,7 @@ uses it; theirs masks as DataCollatorForLanguageModeling does and uses torch Ada
 are timed in alternating rounds in one process, so drift in the machine hits both alike.
 
 MFU counts the FLOPs a step needs (model.flops_per_token with the head on the masked slots
-only) for both sides, over the matmul peak measured in the same run. Fine-tuning runs both
+only) for both sides, over the matmul peak of the step's dtype measured in the same run. Fine-tuning runs both
 sides over the same real SST-2 training batches from demo/ (build it with scripts/make_demo.py),
 drawn as our trainer draws them (length-grouped, the default seed): ours pads a batch to its
 longest sentence, theirs to 128 as run_glue does. Peak memory is measured in a fresh
@@ -323,7 +323,28 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def print_mlm_tables(args, device, dtype, peaks: dict):
+def print_mfu_table(sizes: list[str], rates: dict, batch_size: int, dtype: torch.dtype, peak: float):
+    """MFU against the matmul peak of the dtype the step runs in (float32 where the CPU lacks bf16)."""
+    name = dtype_name(dtype)
+    print()
+    print("MFU of the MLM step: useful FLOPs (encoder on all tokens, head on the 15% masked slots;\n"
+          f"transformers' head on all 128 positions is extra work, not counted) per second over the {name} peak")
+    print()
+    print(f"| size | useful GFLOP/step | ours GFLOP/s | ours MFU {name} | transformers GFLOP/s | "
+          f"transformers MFU {name} |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for size in sizes:
+        flops = useful_flops_per_step(size, batch_size)
+        per_second = {side: flops * rate / (batch_size * SEQ_LEN) for side, rate in rates[size].items()}
+        cells = [f"{per_second[side] / 1e9:,.1f} | {per_second[side] / peak:.0%}" for side in ("ours", "transformers")]
+        print(f"| {size} | {flops / 1e9:,.1f} | {cells[0]} | {cells[1]} |", flush=True)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def print_mlm_tables(args, device, dtype, peak: float):
     print()
     print("MLM training step")
     print()
@@ -335,19 +356,7 @@ def print_mlm_tables(args, device, dtype, peaks: dict):
         layers, width, _ = SIZES[size]
         print(f"| {size} | {layers} x {width} | {rates[size]['ours']:,.0f} | {rates[size]['transformers']:,.0f} | "
               f"{rates[size]['ours'] / rates[size]['transformers']:.2f}x |", flush=True)
-    print()
-    print("MFU of the MLM step: useful FLOPs (encoder on all tokens, head on the 15% masked slots;\n"
-          "transformers' head on all 128 positions is extra work, not counted) per second over the peak")
-    print()
-    print("| size | useful GFLOP/step | ours GFLOP/s | ours MFU bf16 | ours MFU fp32 | "
-          "transformers GFLOP/s | transformers MFU bf16 | transformers MFU fp32 |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for size in args.sizes:
-        flops = useful_flops_per_step(size, args.batch_size)
-        per_second = {name: flops * rate / (args.batch_size * SEQ_LEN) for name, rate in rates[size].items()}
-        cells = [f"{per_second[name] / 1e9:,.1f} | {per_second[name] / peaks['bf16']:.0%} | "
-                 f"{per_second[name] / peaks['fp32']:.0%}" for name in ("ours", "transformers")]
-        print(f"| {size} | {flops / 1e9:,.1f} | {cells[0]} | {cells[1]} |", flush=True)
+    print_mfu_table(args.sizes, rates, args.batch_size, dtype, peak)
     print()
     where = "torch.cuda.max_memory_allocated" if device.type == "cuda" else "peak RSS (VmHWM) growth"
     print(f"Peak memory of the MLM step ({where} over {args.memory_steps} steps, a fresh process per cell)")
@@ -389,15 +398,13 @@ def main(argv=None):
         print(json.dumps({"mib": mib}))
         return
     dtype = select_dtype("auto", device)
-    peaks = {name: measure_matmul_flops(device, peak_dtype) for name, peak_dtype in
-             (("bf16", torch.bfloat16), ("fp32", torch.float32))}
-    print(f"device {device}, {torch.get_num_threads()} threads, autocast {str(dtype).removeprefix('torch.')}, "
+    peak = measure_matmul_flops(device, dtype)
+    print(f"device {device}, {torch.get_num_threads()} threads, autocast {dtype_name(dtype)}, "
           f"batch {args.batch_size} x {SEQ_LEN}, vocab {VOCAB_SIZE}, "
           f"median of {args.rounds} rounds of {args.steps} steps")
-    print(f"measured matmul peak (1024^3): bf16 {peaks['bf16'] / 1e9:,.1f} GFLOP/s, "
-          f"fp32 {peaks['fp32'] / 1e9:,.1f} GFLOP/s")
+    print(f"measured matmul peak (1024^3) in {dtype_name(dtype)}: {peak / 1e9:,.1f} GFLOP/s")
     if args.sizes:
-        print_mlm_tables(args, device, dtype, peaks)
+        print_mlm_tables(args, device, dtype, peak)
     if args.finetune_sizes:
         print_finetuning_table(args, device, dtype)
 

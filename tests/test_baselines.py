@@ -156,3 +156,13 @@ def test_transformers_recipe_pretrains_bert_and_writes_a_checkpoint_of_ours(mlm_
         bench_pretrain.main(["--config", str(mlm_workdir / "config.ini"), "--max-steps", "6", "-o", str(out)])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err == f"error: {out} is not empty: choose a new -o directory\n"
+
+
+def test_mfu_is_against_the_peak_of_the_dtype_the_step_runs_in(capsys):
+    """A CPU without bf16 runs the step in float32: its MFU is over the float32 peak, and no bf16 column."""
+    rates = {"small": {"ours": 1000.0, "transformers": 500.0}}
+    peak = bench.useful_flops_per_step("small", 4) * 1000.0 / (4 * bench.SEQ_LEN) * 2  # ours at half the peak
+    bench.print_mfu_table(["small"], rates, 4, torch.float32, peak)
+    table = capsys.readouterr().out
+    assert "ours MFU float32" in table and "bf16" not in table
+    assert table.strip().splitlines()[-1].split(" | ")[3] == "50%"
