@@ -50,8 +50,13 @@ class InputFile:
         return STDIN if self.path is None else str(self.path)
 
     @property
-    def size(self) -> int | None:
-        return None if self.path is None else self.path.stat().st_size
+    def version(self) -> tuple[int, int] | None:
+        """(size, modification time in ns): what tells an edited file from the one read before, as
+        make and rsync tell it; an edit in place at the same size changes the time."""
+        if self.path is None:
+            return None
+        status = self.path.stat()
+        return status.st_size, status.st_mtime_ns
 
 
 def add_input_arguments(parser: argparse.ArgumentParser, what: str = "documents") -> None:

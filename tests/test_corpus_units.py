@@ -1,5 +1,7 @@
 """src/corpus_units.py: the corpus cut into units of about --shard-tokens, each its numbered shards;
 the same files for any worker count, resumed after a failure, or made in parts on several machines."""
+import re
+
 import numpy as np
 import pytest
 
@@ -140,6 +142,19 @@ def test_a_cut_shard_is_made_again(units_out, small_corpus, vocab_dir, tmp_path)
         (out / name).write_bytes(data[:len(data) // 2] if name.startswith("val") and "-00002" in name else data)
     run_units(out, small_corpus, vocab_dir, "-n", "1")
     assert file_bytes(out) == file_bytes(units_out)
+
+
+def test_an_input_edited_in_place_at_the_same_size_is_prepared_again(small_corpus, vocab_dir, tmp_path, capsys):
+    corpus = tmp_path / "reviews.txt"
+    text = small_corpus.read_text(encoding="utf-8")
+    corpus.write_text(text, encoding="utf-8")
+    out = run_units(tmp_path / "out", corpus, vocab_dir, "-n", "1")
+    # The same size and the same number of tokens (so units of the same size), other tokens.
+    corpus.write_text(re.sub(r"\bthe\b", "and", text), encoding="utf-8")
+    capsys.readouterr()
+    run_units(out, corpus, vocab_dir, "-n", "1")
+    assert "kept the shards" not in capsys.readouterr().out
+    assert file_bytes(out) == file_bytes(run_units(tmp_path / "fresh", corpus, vocab_dir, "-n", "1"))
 
 
 def test_parts_together_write_the_files_of_one_run(units_out, small_corpus, vocab_dir, tmp_path, capsys):
