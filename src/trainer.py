@@ -63,9 +63,12 @@ class Trainer:
         optimizer). `stop`: the caller's, to learn whether the run was stopped; else its own."""
         run = self.starter.start(checkpoint_path, switch_training, load_optimizer)
         first_step = run.step
+        if self.rank == 0:  # a resumed run is not finished until it reaches its end again
+            finished_marker(run.run_dir).unlink(missing_ok=True)
         try:
             with StopRequest() if stop is None else nullcontext(stop) as stop:
-                self.train(run, stop)
+                if self.train(run, stop) and self.rank == 0:
+                    atomic_write(finished_marker(run.run_dir), lambda temp: temp.write_text(f"step {run.step}\n"))
         except BaseException:
             if run.step == first_step:
                 self.starter.remove_failed_start(run)
@@ -76,9 +79,11 @@ class Trainer:
 
     # ------------------------------------------------------------------------- the loop
 
-    def train(self, run: Run, stop: StopRequest):
-        """The loop: lr for this step, micro-steps, clip, step; log, validate, save, stop."""
+    def train(self, run: Run, stop: StopRequest) -> bool:
+        """The loop: lr for this step, micro-steps, clip, step; log, validate, save, stop. Returns
+        whether the run reached its end (max-iters, time-budget or stop-at), False when stopped."""
         config = self.config
+        stopping = False
         self.check_target(run)
         batches = hardware.prefetch(self.task.train_batches(run.position), self.device, config.async_to_device)
         meter = run.meter = self.throughput_meter(run)
@@ -116,6 +121,7 @@ class Trainer:
         progress.close()
         if config.budget_seconds and run.elapsed >= config.budget_seconds:
             run.log(f"time-budget = {config.time_budget} spent at step {run.step}")
+        return not stopping
 
     def check_target(self, run: Run):
         """A stop-at metric the task's validation has, before the first step (one validation batch tells)."""
@@ -287,6 +293,13 @@ class Trainer:
 
 
 # ----------------------------------------------------------------------------- helpers of the loop
+
+def finished_marker(run_dir: Path) -> Path:
+    """RUN/finished, written when the run reaches its end, never when it is stopped (a stop file,
+    SIGTERM: it saves and exits 0 all the same) or fails: how a caller such as scripts/glue.py
+    tells a complete run from one to resume."""
+    return run_dir / "finished"
+
 
 def shown(value) -> str:
     return f"{value:.4f}" if isinstance(value, float) else str(value)

@@ -60,6 +60,7 @@ def test_run_directory_keeps_a_config_that_loads_back(mlm_trained_run):
     run_dir = mlm_trained_run / "runs" / "run0"
     saved = main.load_config(run_dir / "config.ini", [])
     assert saved.to_dict() == load(run_dir / "checkpoints" / "checkpoint.pt")["config"]
+    assert (run_dir / "finished").read_text() == "step 40\n"  # it reached max-iters
 
 
 def test_tokens_count_every_input_position(mlm_trained_run):
@@ -400,6 +401,7 @@ def test_stop_file_ends_the_run_after_the_step_with_a_checkpoint(mlm_workdir, mo
     assert Path(run_dir).resolve() == (mlm_workdir / "runs" / "run0").resolve()
     log = Path("runs/run0/logs/log.txt").read_text(encoding="utf-8")
     assert "stopped by the file ./stop at step 3" in log
+    assert not Path("runs/run0/finished").exists()  # stopped: a run to resume, not a finished one
 
 
 def wait_for(condition, timeout: float, process: subprocess.Popen) -> None:
