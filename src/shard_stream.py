@@ -25,12 +25,12 @@ class ShardFile:
     samples: int | None = None
     shard: int | None = None  # its number in a numbered set
     copy: int | None = None
+    preparation: str | None = None  # None: a file of the earlier layouts, which do not say
 
 
 @dataclass(frozen=True)
 class NumberedFile(ShardFile):
-    """A shard of a numbered set: the preparation that made the set, and whether it is its last."""
-    preparation: str | None = None
+    """A shard of a numbered set, and whether it is the set's last."""
     last: bool = False
 
 
@@ -57,17 +57,25 @@ def epoch_sets(files: list[ShardFile]) -> list[list[ShardFile]]:
     """What each epoch reads, in turn: a numbered set of several shards whole (one list per static
     copy), or each whole file alone (a corpus of one shard, static copies, the original project's
     files), as before numbered sets."""
+    check_one_preparation(files)
     sets = [file for file in files if isinstance(file, NumberedFile) and not (file.shard == 0 and file.last)]
     if not sets:
         return [[file] for file in files]
-    others = [file for file in files if file not in sets]
-    preparations = {file.preparation: file for file in sets}
-    if others or len(preparations) > 1:
-        first, second = (others[0], sets[0]) if others else list(preparations.values())[:2]
-        raise UserError(f"{first.path} and {second.path}: shards of two preparations matched by one pattern; "
-                        f"narrow the pattern to one of them")
     copies = sorted({file.copy for file in sets}, key=lambda copy: -1 if copy is None else copy)
     return [complete_set([file for file in sets if file.copy == copy]) for copy in copies]
+
+
+def check_one_preparation(files: list[ShardFile]) -> None:
+    """The files come from one preparation (files that do not say, of the earlier layouts, count as
+    one): two preparations of one corpus, of another seed say, split it differently, so each one's
+    val samples are among the other's train samples."""
+    first_of = {}
+    for file in files:
+        first_of.setdefault(file.preparation, file)
+    if len(first_of) > 1:
+        first, second = list(first_of.values())[:2]
+        raise UserError(f"{first.path} and {second.path}: shards of two preparations matched by one pattern; "
+                        f"narrow the pattern to one of them")
 
 
 def complete_set(files: list["NumberedFile"]) -> list["NumberedFile"]:

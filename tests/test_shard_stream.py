@@ -15,6 +15,7 @@ import main
 import prepare_mlm_dataset
 import shard_stream
 from conftest import MLM_SEQ_LEN, write_mlm_config
+from errors import UserError
 from lm_data import LanguageModelData
 from shards import ShardWriter, read_shard
 from vocab import load_vocab
@@ -204,6 +205,22 @@ def test_a_bad_set_of_shards_is_one_line(many_shards, tmp_path, monkeypatch, cap
         errors = capsys.readouterr().err.strip().splitlines()
         assert exit_info.value.code == 2 and len(errors) == 1 and message in errors[0], (case, errors)
         assert not (work / "runs").exists() or not list((work / "runs").iterdir()), case
+
+
+def test_one_unit_preparations_of_two_seeds_in_one_directory_are_refused(many_shards, vocab_dir, tmp_path,
+                                                                         monkeypatch):
+    """Each seed splits the corpus its own way: one's val samples are among the other's train samples."""
+    corpus = tmp_path / "few.txt"
+    corpus.write_text("\n".join((many_shards / "reviews.txt").read_text(encoding="utf-8").splitlines()[:40]) + "\n")
+    shutil.copytree(vocab_dir, tmp_path / "vocab")
+    for seed in ("1", "2"):
+        prepare_mlm_dataset.main(["-i", str(corpus), "-l", "imdb", "-o", str(tmp_path / "datasets"),
+                                  "-m", str(MLM_SEQ_LEN), "-v", str(tmp_path / "vocab"), "-s", seed, "-n", "1"])
+    monkeypatch.chdir(tmp_path)
+    for split in ("train", "val"):
+        with pytest.raises(UserError, match=f"{split}_imdb_64_1.msgpack.gz and .*{split}_imdb_64_2.msgpack.gz: "
+                                            "shards of two preparations matched by one pattern"):
+            data(tmp_path).check((split,))
 
 
 def test_shards_of_the_earlier_layout_still_train(mlm_base_dir, tmp_path, monkeypatch, keep_signal_handlers):
