@@ -20,6 +20,16 @@ def no_space_left(error: BaseException | None) -> bool:
     return False
 
 
+def unwritable_place(error: BaseException | None) -> OSError | None:
+    """The error, or one it came from, that says a file or folder may not be written or read (a
+    read-only mount, no permission): the machine's state, not a bug."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and error.filename:
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
 @contextmanager
 def naming_a_full_disk(path):
     """A full disk while writing `path` becomes a UserError naming it."""
@@ -43,7 +53,8 @@ def interrupted_while_starting(signum, frame):
 
 
 def exit_on_user_error(main):
-    """Wrap a script's main so a UserError (or a full disk) prints `error: ...` and exits with code 2."""
+    """Wrap a script's main so a UserError (or a full disk, or a place it may not write) prints
+    `error: ...` and exits with code 2."""
     @functools.wraps(main)
     def wrapper(*args, **kwargs):
         if signal.getsignal(signal.SIGINT) is interrupted_while_starting:  # from here on: KeyboardInterrupt
@@ -54,6 +65,10 @@ def exit_on_user_error(main):
             print(f"error: {error}", file=sys.stderr)
             sys.exit(2)
         except Exception as error:
+            refused = unwritable_place(error)
+            if refused is not None:
+                print(f"error: {refused.filename}: {refused.strerror.lower()}", file=sys.stderr)
+                sys.exit(2)
             if not no_space_left(error):
                 raise
             print("error: no space left on device", file=sys.stderr)

@@ -25,8 +25,11 @@ def create_run_dir(runs_dir: Path, run_id: str = "") -> Path:
         try:
             run_dir.mkdir()
         except FileExistsError:
+            if held_by_another_process(run_dir):
+                raise UserError(f"run-id = {run_id}: another process is training in {run_dir}; wait for it to "
+                                f"end, or choose another run-id") from None
             latest = run_dir / "checkpoints" / "checkpoint.pt"
-            if not latest.is_file():  # a run killed before its first save, or one still starting
+            if not latest.is_file():  # a run killed before its first save
                 raise UserError(f"run-id = {run_id}: {run_dir} exists but holds no checkpoint to resume; "
                                 f"remove it, or choose another run-id") from None
             raise UserError(f"run-id = {run_id}: {run_dir} exists; resume it with --cp {latest}, "
@@ -40,6 +43,21 @@ def create_run_dir(runs_dir: Path, run_id: str = "") -> Path:
             return run_dir
         except FileExistsError:
             number += 1
+
+
+def held_by_another_process(run_dir: Path) -> bool:
+    """Whether a process holds the run directory's lock (lock_run_dir): it is training there."""
+    try:
+        handle = (run_dir / ".lock").open("r")
+    except FileNotFoundError:
+        return False
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
 
 
 def lock_run_dir(run_dir: Path):

@@ -236,3 +236,33 @@ def training_losses(monkeypatch) -> list[float]:
 
     monkeypatch.setattr(MaskedLMTask, "loss", recording_loss)
     return losses
+
+
+@pytest.fixture
+def make_read_only():
+    """make_read_only(directory): nothing can be written under it any more, as on a read-only mount.
+    chmod does that for a user; root writes through permissions, so for root a read-only bind mount
+    (skipped where this machine does not allow mounts)."""
+    import subprocess
+    mounted, changed = [], []
+
+    def make(directory: Path):
+        if os.geteuid() != 0:
+            for path in [directory, *directory.rglob("*")]:
+                if path.is_dir():
+                    changed.append(path)
+                    path.chmod(0o555)
+            return
+        for command in (["mount", "--bind", str(directory), str(directory)],
+                        ["mount", "-o", "remount,bind,ro", str(directory), str(directory)]):
+            if subprocess.run(command, capture_output=True).returncode != 0:
+                if mounted:
+                    subprocess.run(["umount", str(directory)], capture_output=True)
+                pytest.skip("needs a read-only mount, which this machine does not allow")
+            if command[1] == "--bind":
+                mounted.append(directory)
+    yield make
+    for directory in mounted:
+        subprocess.run(["umount", str(directory)], check=True)
+    for path in changed:
+        path.chmod(0o755)

@@ -35,6 +35,20 @@ def test_a_full_disk_found_inside_another_error_is_one_line_too(capsys):
     assert exit_of(main, capsys) == (2, "error: no space left on device\n")
 
 
+@pytest.mark.parametrize("code, words", [(errno.EROFS, "read-only file system"), (errno.EACCES, "permission denied")])
+def test_a_place_this_process_may_not_write_is_one_line(capsys, code, words):
+    def main():
+        raise OSError(code, words.capitalize(), "/mnt/ro/runs/run0")  # as Path.mkdir raises it
+    assert exit_of(main, capsys) == (2, f"error: /mnt/ro/runs/run0: {words}\n")
+
+
+def test_an_os_error_without_a_file_keeps_its_traceback():
+    def main():
+        raise OSError(errno.EACCES, "Permission denied")
+    with pytest.raises(OSError):
+        exit_on_user_error(main)()
+
+
 def test_ctrl_c_is_one_line_and_exit_code_130(capsys):
     def main():
         raise KeyboardInterrupt

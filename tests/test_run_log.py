@@ -2,6 +2,7 @@
 naming the file, at once, and leaves the last checkpoint intact; a run-id that exists is explained."""
 import errno
 import io
+import os
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,37 @@ def test_a_run_id_whose_run_saved_no_checkpoint_is_not_offered_for_resuming(tmp_
         run_log.create_run_dir(tmp_path / "runs", "first-try")
     assert str(error.value) == (f"run-id = first-try: {tmp_path / 'runs' / 'first-try'} exists but holds no "
                                 "checkpoint to resume; remove it, or choose another run-id")
+
+
+def test_a_run_id_another_process_is_training_in_is_named_as_such(tmp_path):
+    """Two runs started at once with one run-id: the second is not told to remove the first's directory."""
+    run_dir = tmp_path / "runs" / "busy"
+    run_dir.mkdir(parents=True)
+    lock = run_log.lock_run_dir(run_dir)  # another open file: flock refuses it as it would another process
+    with pytest.raises(run_log.UserError, match=f"^run-id = busy: another process is training in {run_dir}; wait"):
+        run_log.create_run_dir(tmp_path / "runs", "busy")
+    lock.close()
+    with pytest.raises(run_log.UserError, match="exists but holds no checkpoint to resume; remove it"):
+        run_log.create_run_dir(tmp_path / "runs", "busy")
+
+
+def test_runs_on_a_read_only_place_is_one_line(mlm_workdir, make_read_only, capsys):
+    (mlm_workdir / "runs").mkdir()
+    make_read_only(mlm_workdir / "runs")
+    with pytest.raises(SystemExit) as exit_info:
+        main.main([])
+    assert exit_info.value.code == 2
+    assert error_lines(capsys) == [f"error: {mlm_workdir / 'runs' / 'run0'}: read-only file system"
+                                   if os.geteuid() == 0 else
+                                   f"error: {mlm_workdir / 'runs' / 'run0'}: permission denied"]
+
+
+def test_a_resume_whose_run_directory_is_read_only_is_one_line(mlm_trained_run, make_read_only, capsys, monkeypatch):
+    monkeypatch.chdir(mlm_trained_run)
+    make_read_only(mlm_trained_run / "runs" / "run0")
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(["--cp", "runs/run0/checkpoints/checkpoint.pt", "--max-iters", "45", "--lr-decay-iters", "45"])
+    assert exit_info.value.code == 2
+    [line] = error_lines(capsys)
+    assert line.startswith(f"error: {mlm_trained_run / 'runs' / 'run0'}") and line.endswith(
+        ("read-only file system", "permission denied"))
