@@ -230,6 +230,8 @@ class Config:
     async_to_device: bool = key(True, "pinned host memory and non-blocking copies to the GPU")
     peak_tflops: float = key(0.0, "the matmul peak MFU is measured against; 0: published (CUDA) or measured",
                              at_least(0))
+    memory_limit_gib: float = key(0.0, "refuse a model whose weights, gradients and AdamW moments need more; "
+                                       "0: the machine's memory", at_least(0))
 
     dist_master_addr: str = key("127.0.0.1", "rendezvous address of the processes of one run",
                                 group="Several GPUs (torchrun / DDP) and bookkeeping")

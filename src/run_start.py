@@ -1,5 +1,6 @@
 """Starting a training run: from fresh weights, from a checkpoint's weights in a new run, or the run
 a checkpoint comes from, resumed exactly; and the Run the trainer carries from step to step."""
+import math
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +13,8 @@ import checkpoint as checkpoints
 from atomic import atomic_write, remove_stale_temps
 from config import INI_KEYS, Config, ini_text
 from errors import UserError
-from model import count_parameters
+from model import ModelConfig, count_parameters, model_config
+from model_size import check_fits_memory
 from optimizer import make_optimizer
 from run_log import RunLog, create_run_dir
 from task import Task
@@ -69,6 +71,25 @@ def check_same_optimizer_groups(path: Path, saved_settings: dict, config: Config
                "or add --dont-load-optimizer to resume with fresh optimizer moments")
 
 
+def check_same_global_batch(path: Path, saved: dict, config: Config, world_size: int):
+    """A data position counted in global batches ({"epoch", "batch"}: fine-tuning's) points at
+    another sample, and the run's steps mean another thing, under another global batch."""
+    if "batch" not in (saved.get("data_position") or {}):
+        return
+    settings = checkpoints.saved_settings(saved)
+    then = (settings.get("batch_size", 0), settings.get("grad_accum_steps", 1), len(saved["rng_per_rank"]) or 1)
+    now = (config.batch_size, config.grad_accum_steps, world_size)
+    if math.prod(then) != math.prod(now):
+        raise UserError(f"{path}: the run's global batch is {global_batch_text(*then)}, this resume's "
+                        f"{global_batch_text(*now)}; a resumed fine-tuning keeps batch-size x grad-accum-steps "
+                        f"x processes")
+
+
+def global_batch_text(batch_size: int, accumulation: int, processes: int) -> str:
+    return f"{batch_size * accumulation * processes} ({batch_size} x {accumulation} accumulation x {processes} " \
+           f"process{'es' if processes > 1 else ''})"
+
+
 def check_kept(path: Path, name: str, saved, current, remedy: str):
     """One line, exit 2, when a resumed run's config changes a setting the run must keep."""
     if saved != current:
@@ -122,6 +143,7 @@ class RunStarter:
         states. It goes on in its run directory (a copied checkpoint: in a new one)."""
         settings = checkpoints.saved_settings(saved)
         check_same_measure(path, settings, self.task, self.config)
+        check_same_global_batch(path, saved, self.config, self.world_size)
         if load_optimizer:
             check_same_optimizer_groups(path, settings, self.config)
         model = self.restored_model(saved, path)
@@ -167,7 +189,15 @@ class RunStarter:
         """The task's model with fresh weights, seeded per rank; a checkpoint's position table size."""
         torch.manual_seed(self.config.seed + self.rank)
         max_len = checkpoint["model_config"]["max_len"] if checkpoint else None
+        self.check_model_fits(model_config(self.config, self.task.vocab, max_len))
         return self.task.build_model(max_len).to(self.device)
+
+    def check_model_fits(self, shape: ModelConfig):
+        """A model too large for the machine is one line before it is allocated, not a process the
+        kernel kills: float32 weights, gradients and AdamW's two moments."""
+        keys = ", ".join(f"{INI_KEYS[name]} = {getattr(shape, name)}" for name in ("d_model", "d_ff", "n_layer"))
+        check_fits_memory(shape, copies=4, limit_gib=self.config.memory_limit_gib or None,
+                          source=f"{keys} with {shape.vocab_size:,} tokens", flag="--memory-limit-gib")
 
     def restored_model(self, saved: dict, path: Path) -> nn.Module:
         """The task's model with every weight of a checkpoint of this task."""
@@ -206,10 +236,9 @@ class RunStarter:
                     if len(config.sources) > 1 else f"config read from {config.sources[0]}")
         for line in config.describe():
             run.log(f"  {line}")
-        global_batch = config.batch_size * config.grad_accum_steps * self.world_size
         run.log(f"model: {count_parameters(run.model) / 1e6:.2f}M parameters; device {self.device}, "
-                f"autocast {str(self.dtype).removeprefix('torch.')}; global batch {global_batch} "
-                f"({config.batch_size} x {config.grad_accum_steps} accumulation x {self.world_size} processes)"
+                f"autocast {str(self.dtype).removeprefix('torch.')}; global batch "
+                f"{global_batch_text(config.batch_size, config.grad_accum_steps, self.world_size)}"
                 + (f", ramped up from {config.batch_size * self.world_size} by {config.batch_ramp:.0%} of the run"
                    if config.batch_ramp else ""))
         if config.warmup_iters > config.max_iters and not config.budget_seconds:

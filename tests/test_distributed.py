@@ -78,6 +78,11 @@ def test_two_processes_give_the_losses_of_one_with_twice_the_batch(sst2_base_dir
     assert np.allclose(single, double, rtol=0, atol=1e-5), (single, double)  # 6e-8 measured
     log = (runs[2] / "logs" / "log.txt").read_text(encoding="utf-8")
     assert "global batch 16 (8 x 1 accumulation x 2 processes)" in log
+    # the one-process run resumed by two processes at its batch-size would double the global batch
+    result = run_main(tmp_path / "nprocNone", "--cp", "runs/run0/checkpoints/checkpoint.pt", "--max-iters", "8")
+    assert result.returncode == 2 and result.stderr.strip().endswith(
+        "the run's global batch is 16 (16 x 1 accumulation x 1 process), this resume's 32 (16 x 1 accumulation "
+        "x 2 processes); a resumed fine-tuning keeps batch-size x grad-accum-steps x processes"), result.stderr
 
 
 def test_two_process_run_stops_together_writes_one_run_and_resumes_exactly(mlm_workdir_factory, tmp_path):

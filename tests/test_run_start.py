@@ -9,7 +9,7 @@ import torch
 import main
 from config import Config
 from errors import UserError
-from run_start import RunStarter, check_same_measure, resumes
+from run_start import RunStarter, check_same_global_batch, check_same_measure, resumes
 
 
 @pytest.mark.parametrize("saved, config, expected", [
@@ -45,3 +45,34 @@ def test_a_run_that_fails_while_announcing_itself_leaves_no_directory(mlm_workdi
     with pytest.raises(UserError):
         starter.start(None, switch_training=False, load_optimizer=True)
     assert not Path("runs").exists() or not any(Path("runs").iterdir())
+
+
+@pytest.mark.parametrize("option, value", [("--d-model", "1000000"), ("--d-ff", "1000000000"),
+                                           ("--n-layer", "100000")])
+def test_a_model_too_large_for_the_machine_is_one_line_before_anything_is_allocated(mlm_workdir, capsys, option,
+                                                                                    value):
+    """Refused in well under a second: the size is computed from the shape, nothing is built."""
+    with pytest.raises(SystemExit) as exit_info:
+        main.main([option, value])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert f"{option.removeprefix('--')} = {value}" in error and "more than this machine's memory" in error
+    assert error.count("\n") == 0 and "--memory-limit-gib GIB" in error
+    assert not Path("runs").exists() or not any(Path("runs").iterdir())
+
+
+def test_the_memory_limit_is_a_key(mlm_workdir, capsys):
+    with pytest.raises(SystemExit):
+        main.main(["--memory-limit-gib", "0.001"])  # the small test model needs a few MiB
+    assert "GiB (4 x " in capsys.readouterr().err
+
+
+def test_a_resumed_fine_tuning_keeps_its_global_batch():
+    saved = {"config": Config(batch_size=16).to_dict(), "rng_per_rank": [{}], "data_position": {"epoch": 0, "batch": 5}}
+    check_same_global_batch(Path("c.pt"), saved, Config(batch_size=8), world_size=2)  # 8 x 2 processes: the same
+    check_same_global_batch(Path("c.pt"), saved, Config(batch_size=4, grad_accum_steps=2), world_size=2)
+    with pytest.raises(UserError, match=r"^c\.pt: the run's global batch is 16 \(16 x 1 accumulation x 1 process\), "
+                                        r"this resume's 32 \(16 x 1 accumulation x 2 processes\)"):
+        check_same_global_batch(Path("c.pt"), saved, Config(batch_size=16), world_size=2)
+    pre_training = {**saved, "data_position": {"epoch": 0, "sample": 80}}  # counted in samples: any batch goes on
+    check_same_global_batch(Path("c.pt"), pre_training, Config(batch_size=16), world_size=2)
