@@ -7,6 +7,7 @@ each batch on the device. Shards of sentence pairs add segment ids and pair labe
 """
 import dataclasses
 import functools
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -133,6 +134,27 @@ class ShardSplit:
         does not fit the config is the first thing to say)."""
         return epoch_sets(scan(self.paths, self.rules.expect))
 
+    @functools.cached_property
+    def identity(self) -> dict[str, str]:
+        """Each file's name and fingerprint: the data a checkpoint's position is a position in."""
+        return {Path(str(file.path)).name: file.fingerprint for files in self.epochs for file in files}
+
+    def check_same_data(self, position: dict | None) -> None:
+        """A resumed run reads the shards it trained on: on others (another corpus prepared under
+        the same names, shards added or gone) its position means nothing. A checkpoint from before
+        positions recorded their shards cannot be checked."""
+        trained = (position or {}).get("shards")
+        if trained is None or trained == self.identity:
+            return
+        directory = Path(str(self.paths[0])).parent
+        changed = [name for name in self.identity if trained.get(name) != self.identity[name]]
+        name = changed[0] if changed else next(name for name in trained if name not in self.identity)
+        problem = ("gone, and the run trained on it" if name not in self.identity else
+                   "not the shard of this name that the run trained on" if name in trained else
+                   "a shard the run did not train on")
+        raise UserError(f"{directory / name}: {problem}; a resumed run reads the data it trained on (to train on "
+                        f"these shards from its weights in a new run, add --switch-training)")
+
     def plan(self, epoch: int) -> EpochPlan:
         if epoch not in self.plans:
             if len(self.plans) > 2:  # the epoch read and the next are enough
@@ -198,8 +220,10 @@ class ShardSplit:
                           rules.mask_rate)
 
     def batches(self, position: dict | None) -> Iterator[tuple[dict, dict]]:
-        """Endless batches from `position` ({"epoch", "sample": where in the epoch's order}; a
-        checkpoint of before keeps {"epoch", "batch"}), each with the position after it."""
+        """Endless batches from `position` ({"epoch", "sample": where in the epoch's order, "shards":
+        the identity of the data}; a checkpoint of before keeps {"epoch", "batch"}), each with the
+        position after it."""
+        self.check_same_data(position)
         order, loader = self.order, ShardLoader(self.load)
         epoch, start = starting_point(position, order.global_batch_size)
         while True:
@@ -212,6 +236,7 @@ class ShardSplit:
                 rows = positions[index * order.batch_size:(index + 1) * order.batch_size]
                 after = ({"epoch": epoch + 1, "sample": 0} if index + 1 == count else
                          {"epoch": epoch, "sample": start + (index + 1) * order.global_batch_size})
+                after["shards"] = self.identity
                 yield after, self.batch_at(plan, rows, loader, start, None)
             epoch, start = epoch + 1, 0
 

@@ -3,6 +3,8 @@ each file known by its header first; an epoch one pass over a numbered set (shar
 order shuffled by the seed), or over one file of the earlier layout; each process loading only the
 samples it trains on, of the shard it reads and, in the background, of the next.
 """
+import hashlib
+import json
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +28,7 @@ class ShardFile:
     shard: int | None = None  # its number in a numbered set
     copy: int | None = None
     preparation: str | None = None  # None: a file of the earlier layouts, which do not say
+    fingerprint: str = ""  # tells this file from another of its name (fingerprint_of)
 
 
 @dataclass(frozen=True)
@@ -41,16 +44,26 @@ def scan(paths: list, expect: dict) -> list[ShardFile]:
     for path in paths:
         header = None if isinstance(path, legacy.ArticleFiles) else read_header(path)
         if header is None or header.get("format") != SHARD_FORMAT:
-            files.append(ShardFile(path))  # the original project's formats: read() says what is wrong
+            # the original project's formats: read() says what is wrong
+            files.append(ShardFile(path, fingerprint=fingerprint_of(path, None)))
             continue
         check_header(path, header, expect)
         if not is_whole(path, header):
             raise UserError(f"{path}: {Path(path).stat().st_size:,} bytes, not the size its header says: a partial "
                             f"copy or a file left by a killed process (prepare it again)")
-        files.append(ShardFile(path, header["samples"], copy=header.get("copy")) if header.get("shard") is None
-                     else NumberedFile(path, header["samples"], header["shard"], header.get("copy"),
-                                       header.get("preparation"), bool(header.get("last_shard"))))
+        known = {"samples": header["samples"], "copy": header.get("copy"), "preparation": header.get("preparation"),
+                 "fingerprint": fingerprint_of(path, header)}
+        files.append(ShardFile(path, **known) if header.get("shard") is None
+                     else NumberedFile(path, shard=header["shard"], last=bool(header.get("last_shard")), **known))
     return files
+
+
+def fingerprint_of(path, header: dict | None) -> str:
+    """A digest of a shard's header, whose preparation, counts and body size tell it from another
+    file of its name; of the original project's files, which have none, the size."""
+    if header is None:
+        return f"{Path(str(path)).stat().st_size} bytes"
+    return hashlib.sha256(json.dumps(header, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def epoch_sets(files: list[ShardFile]) -> list[list[ShardFile]]:

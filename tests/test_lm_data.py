@@ -8,6 +8,8 @@ import pytest
 import torch
 
 import main
+import prepare_mlm_dataset
+from checkpoint import load
 from config import Config
 from conftest import MLM_SEQ_LEN, TEST_DEVICE
 from errors import UserError
@@ -81,3 +83,25 @@ def test_a_shard_smaller_than_one_batch_is_one_line(mlm_workdir):
     with pytest.raises(UserError, match=r"train_imdb_64_123\.msgpack\.gz: \d+ samples are fewer than one batch "
                                         r"\(batch-size 100000 x 1 processes\)$"):
         next(LanguageModelData(config, load_vocab(mlm_workdir / "vocab"), rank=0, world_size=1).train_batches(None))
+
+
+def test_a_resume_on_another_corpus_under_the_same_names_is_one_line(mlm_workdir, imdb_reviews, capsys,
+                                                                      skip_flops_measurement):
+    """The checkpoint's data position records the shards it is a position in (each file's name and
+    header digest); a resume on others is refused, --switch-training starts a new run on them."""
+    schedule = ["--val-interval", "2", "--warmup-iters", "1", "--lr-decay-iters", "4"]
+    main.main([*schedule, "--max-iters", "2"])
+    other = mlm_workdir / "other.txt"
+    other.write_text("\n".join(imdb_reviews[1000:1400]) + "\n", encoding="utf-8")
+    prepare_mlm_dataset.main(["-i", str(other), "-l", "imdb", "-o", "datasets", "-m", str(MLM_SEQ_LEN),
+                              "-v", "vocab", "-s", "123", "-n", "1"])  # the same names, another corpus
+    capsys.readouterr()
+    resume = [*schedule, "--max-iters", "4", "--cp", "runs/run0/checkpoints/checkpoint.pt"]
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(resume)
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(errors) == 1, errors
+    assert errors[0].startswith(f"error: {Path('datasets') / 'train_imdb_64_123.msgpack.gz'}: not the shard of this "
+                                "name that the run trained on; a resumed run reads the data it trained on"), errors
+    main.main([*resume, "--switch-training"])
+    assert load(Path("runs/run1/checkpoints/checkpoint.pt"))["step"] == 4

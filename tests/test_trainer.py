@@ -103,7 +103,9 @@ def test_checkpoints_load_safely_and_hold_the_training_state(mlm_trained_run):
     assert CHECKPOINT_KEYS <= set(latest)
     assert latest["step"] == 40
     assert latest["config"]["max-iters"] == 40
-    assert latest["data_position"] == {"epoch": 0, "sample": 40 * 16}
+    position = latest["data_position"]
+    assert (position["epoch"], position["sample"]) == (0, 40 * 16)
+    assert list(position["shards"]) == ["train_imdb_64_123.msgpack.gz"]  # the data it is a position in
     assert latest["optimizer"]["state"]  # Adam moments
     assert latest["optimizer"]["param_groups"][0]["lr"] == pytest.approx(2e-4, rel=0.05)
     assert {"torch", "mask"} <= set(latest["rng_per_rank"][0])
