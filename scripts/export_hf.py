@@ -25,7 +25,6 @@ import hf_export  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from model import BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, ModelConfig  # noqa: E402
 from model import BertForCausalLM, ElectraForPreTraining  # noqa: E402
-from vocab import Vocab  # noqa: E402
 
 MODEL_CLASSES = {"mlm": BertForMaskedLM, "clm": BertForCausalLM, "electra": ElectraForPreTraining}
 
@@ -56,7 +55,7 @@ def check_output(out_dir: Path, force: bool):
 def directory_files(checkpoint_path: Path, checkpoint: dict) -> dict[str, str]:
     files = {"config.json": json.dumps(hf_export.hf_config(checkpoint), indent=2) + "\n",
              "README.md": hf_export.model_card(checkpoint, checkpoint_path),
-             **hf_export.tokenizer_files(Vocab(tuple(checkpoint["vocab"])), checkpoint["model_config"]["max_len"])}
+             **hf_export.tokenizer_files(checkpoints.vocab_of(checkpoint), checkpoint["model_config"]["max_len"])}
     if not hf_export.is_native(checkpoint):
         files |= hf_export.code_files()
     return files

@@ -8,10 +8,12 @@ Reads config.json, the vocabulary (vocab.txt, or tokenizer.json alone) and model
 pytorch_model.bin, loaded safely) of a transformers BERT (BertModel, BertForMaskedLM,
 BertForPreTraining, BertLMHeadModel, BertForSequenceClassification), an ELECTRA discriminator, or
 any directory scripts/export_hf.py wrote. Heads the directory lacks start fresh when training
-begins, and the log says so.
+begins, and the log says so. Whether text is lower-cased is read from the directory's own
+tokenizer_config.json (do_lower_case) or tokenizer.json and kept in the checkpoint. config.json's
+sizes are checked before anything is allocated: a model larger than this machine's memory
+(--memory-limit) is refused.
 """
 import argparse
-import json
 import sys
 import warnings
 from pathlib import Path
@@ -27,7 +29,8 @@ from hf_export import VARIANT_FIELDS  # noqa: E402
 from hf_weights import from_hf  # noqa: E402
 from model import (BertForCausalLM, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification,  # noqa: E402
                    ModelConfig)
-from vocab import SPECIAL_TOKENS, Vocab, load_vocab  # noqa: E402
+from model_size import check_fits_memory  # noqa: E402
+from vocab import Vocab, load_tokenizer_json, load_vocab, read_json_object  # noqa: E402
 
 # What each model type must have to be ours: transformers' BERT, ELECTRA's discriminator (the same
 # encoder), and the directories export_hf.py writes for the other architectures.
@@ -37,40 +40,61 @@ MODEL_TYPES = ("bert", "electra", "bert-variant")
 VARIANT_TASKS = {"BertVariantForMaskedLM": "mlm", "BertVariantForPreTraining": "mlm", "BertVariantForCausalLM": "clm",
                  "BertVariantForSequenceClassification": "classify", "BertVariantModel": "encoder"}
 MODEL_CLASSES = {"mlm": BertForMaskedLM, "clm": BertForCausalLM, "encoder": BertForSequenceClassification}
+# config.json's key for each ModelConfig field of the shape: transformers' names, or (an export of
+# ours) ModelConfig's own.
+NATIVE_SHAPE = {"vocab_size": "vocab_size", "max_len": "max_position_embeddings", "d_model": "hidden_size",
+                "heads": "num_attention_heads", "n_layer": "num_hidden_layers", "d_ff": "intermediate_size",
+                "segments": "type_vocab_size"}
+VARIANT_SHAPE = {field: field for field in NATIVE_SHAPE}
 
 
 def read_config(directory: Path) -> dict:
     path = directory / "config.json"
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise UserError(f"{path}: cannot read ({error.__class__.__name__})") from None
+    config = read_json_object(path, "the model's settings")
     if config.get("model_type") not in MODEL_TYPES:
         raise UserError(f"{path}: model_type is {config.get('model_type')!r}; this program reads "
                         f"{', '.join(MODEL_TYPES)}")
-    if config["model_type"] == "electra" and config.get("embedding_size", config.get("hidden_size")) != config.get(
-            "hidden_size"):
-        raise UserError(f"{path}: embedding_size {config['embedding_size']} differs from hidden_size "
-                        f"{config['hidden_size']}; this program's embeddings are as wide as its layers")
+    check_shape(path, config)
+    width = config.get("hidden_size")
+    if config["model_type"] == "electra" and config.get("embedding_size", width) != width:
+        raise UserError(f"{path}: embedding_size {config['embedding_size']} differs from hidden_size {width}; "
+                        f"this program's embeddings are as wide as its layers")
     for key, expected in NATIVE_CHECKS.items():
         if config["model_type"] != "bert-variant" and config.get(key, expected) != expected:
             raise UserError(f"{path}: {key} is {config[key]!r}; this program's BERT has {expected!r}")
+    if not isinstance(config.get("id2label", {}), dict):
+        raise UserError(f"{path}: id2label is a {type(config['id2label']).__name__}; expected an object")
     return config
 
 
+def shape_keys(config: dict) -> dict[str, str]:
+    """config.json's key for each ModelConfig field of the shape."""
+    return VARIANT_SHAPE if config["model_type"] == "bert-variant" else NATIVE_SHAPE
+
+
+def check_shape(path: Path, config: dict):
+    """Each size a whole number above 0 (the segment vocabulary may be left out), the heads dividing
+    the width: named by key before anything of that size is allocated."""
+    keys = shape_keys(config)
+    for field, key in keys.items():
+        value = config.get(key)
+        if value is None and field == "segments":
+            continue
+        if value is None:
+            raise UserError(f"{path}: {key} is missing")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UserError(f"{path}: {key} is {value!r}; expected a whole number above 0")
+    if config[keys["d_model"]] % config[keys["heads"]]:
+        raise UserError(f"{path}: {keys['d_model']} {config[keys['d_model']]} is not divisible by "
+                        f"{keys['heads']} {config[keys['heads']]}")
+
+
 def read_vocab(directory: Path) -> Vocab:
-    """vocab.txt, or the WordPiece vocabulary inside tokenizer.json."""
+    """vocab.txt, or the WordPiece vocabulary inside tokenizer.json; lower-casing as the directory's
+    tokenizer files say."""
     if (directory / "vocab.txt").is_file() or not (directory / "tokenizer.json").is_file():
         return load_vocab(directory)
-    path = directory / "tokenizer.json"
-    try:
-        model = json.loads(path.read_text(encoding="utf-8"))["model"]
-        tokens = tuple(sorted(model["vocab"], key=model["vocab"].get))
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise UserError(f"{path}: cannot read a WordPiece vocabulary ({error.__class__.__name__})") from None
-    if model.get("type") != "WordPiece" or any(token not in tokens for token in SPECIAL_TOKENS):
-        raise UserError(f"{path}: not a BERT WordPiece tokenizer (model type {model.get('type')!r})")
-    return Vocab(tokens=tokens, path=path)
+    return load_tokenizer_json(directory / "tokenizer.json")
 
 
 def read_weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -89,20 +113,27 @@ def read_weights(directory: Path) -> dict[str, torch.Tensor]:
     raise UserError(f"{directory}: no model.safetensors or pytorch_model.bin")
 
 
-def native_architecture(config: dict, vocab: Vocab, task: str, weights: dict) -> ModelConfig:
-    return ModelConfig(vocab_size=config["vocab_size"], max_len=config["max_position_embeddings"],
-                       d_model=config["hidden_size"], heads=config["num_attention_heads"],
-                       n_layer=config["num_hidden_layers"], d_ff=config["intermediate_size"],
-                       dropout=config.get("hidden_dropout_prob", 0.1), segments=config.get("type_vocab_size", 2),
-                       pad_id=vocab.pad_id, num_labels=len(config.get("id2label", {})) or 2,
-                       layer_norm_eps=config.get("layer_norm_eps", 1e-12), causal=task == "clm",
-                       sentence_classes=2 if task == "mlm" and "pooler.weight" in weights else 0)
+def architecture_of(path: Path, config: dict, vocab: Vocab, task: str, weights: dict) -> ModelConfig:
+    """The ModelConfig config.json describes; a value ModelConfig refuses is one line naming the file."""
+    shape = {field: config[key] for field, key in shape_keys(config).items() if key in config}
+    common = {"pad_id": vocab.pad_id, "causal": task == "clm", "num_labels": len(config.get("id2label", {})) or 2}
+    if config["model_type"] == "bert-variant":
+        settings = {name: config[name] for name in VARIANT_FIELDS if name in config}
+    else:
+        settings = {"dropout": config.get("hidden_dropout_prob", 0.1),
+                    "layer_norm_eps": config.get("layer_norm_eps", 1e-12),
+                    "sentence_classes": 2 if task == "mlm" and "pooler.weight" in weights else 0}
+    try:
+        return ModelConfig(**settings | shape | common)
+    except (TypeError, ValueError) as error:
+        raise UserError(f"{path}: {error}") from None
 
 
-def variant_architecture(config: dict, vocab: Vocab, task: str) -> ModelConfig:
-    saved = {name: config[name] for name in VARIANT_FIELDS if name in config}
-    return ModelConfig(**saved | {"pad_id": vocab.pad_id, "causal": task == "clm",
-                                  "num_labels": len(config.get("id2label", {})) or 2})
+def check_size(path: Path, config: dict, architecture: ModelConfig, memory_limit: float | None):
+    """The weights, held twice while converting, must fit the machine: refused before reading them."""
+    keys = [key for field, key in shape_keys(config).items() if field != "heads" and key in config]
+    source = f"{path} ({', '.join(f'{key} {config[key]}' for key in keys)})"
+    check_fits_memory(architecture, copies=2, limit_gib=memory_limit, source=source, flag="--memory-limit")
 
 
 def task_of(config: dict, weights: dict) -> str:
@@ -148,21 +179,31 @@ def our_weights(config: dict, weights: dict) -> tuple[dict, list[str]]:
     return weights, []
 
 
-def convert(directory: Path, output: Path) -> dict:
+def check_output(output: Path):
+    if output.is_dir():
+        raise UserError(f"-o {output}: a directory; -o takes the checkpoint file to write")
+    if not output.parent.is_dir():
+        raise UserError(f"-o {output}: the folder {output.parent} does not exist")
+
+
+def convert(directory: Path, output: Path, memory_limit: float | None = None) -> dict:
+    """memory_limit: GiB the model may take (None: this machine's memory)."""
+    check_output(output)
+    config_file = directory / "config.json"
     config = read_config(directory)
     vocab = read_vocab(directory)
     if vocab.size != config["vocab_size"]:
         raise UserError(f"{directory}: the vocabulary has {vocab.size} tokens but config.json says "
                         f"{config['vocab_size']}")
+    check_size(config_file, config, architecture_of(config_file, config, vocab, "encoder", {}), memory_limit)
     weights, unused = our_weights(config, read_weights(directory))
     task = task_of(config, weights)
-    if config["model_type"] == "bert-variant":
-        architecture = variant_architecture(config, vocab, task)
-    else:
-        architecture = native_architecture(config, vocab, task, weights)
-    model = model_class(task, architecture)(architecture)
+    architecture = architecture_of(config_file, config, vocab, task, weights)
+    with torch.device("meta"):  # names and shapes only: the weights are the file's
+        model = model_class(task, architecture)(architecture)
     check_shapes(directory, weights, model)
-    missing, unexpected = model.load_state_dict(weights, strict=False)
+    missing = [name for name in model.state_dict() if name not in weights]
+    unexpected = [name for name in weights if name not in model.state_dict()]
     if any(name.startswith("encoder.") for name in missing + unexpected):
         raise UserError(f"{directory}: weights do not fit a BERT: missing {missing[:3]}, unexpected {unexpected[:3]}")
     kept = {name: tensor for name, tensor in weights.items() if name not in unexpected}  # ELECTRA's detector
@@ -183,6 +224,8 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-i", "--input", type=Path, required=True, help="a transformers BERT directory")
     parser.add_argument("-o", "--output", type=Path, required=True, help="the checkpoint file to write")
+    parser.add_argument("--memory-limit", type=float, metavar="GIB",
+                        help="the most memory the model may take, in GiB (default: this machine's memory)")
     return parser.parse_args(argv)
 
 
@@ -191,7 +234,7 @@ def main(argv=None):
     args = parse_args(argv)
     if not args.input.is_dir():
         raise UserError(f"{args.input}: not a directory")
-    result = convert(args.input, args.output)
+    result = convert(args.input, args.output, args.memory_limit)
     print(f"wrote {args.output}: a {result['task']} checkpoint")
     if result["fresh"]:
         print(f"  not in {args.input} (start fresh when training): {', '.join(result['fresh'])}")

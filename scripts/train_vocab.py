@@ -7,7 +7,8 @@ Example:
 Reads every input the preparers read (text, JSON lines, parquet, a datasets folder, standard input).
 
 Writes VOCABDIR/vocab.txt with [PAD] [UNK] [CLS] [SEP] [MASK] as ids 0-4, so that
-transformers.BertTokenizer(vocab.txt) gives the same ids as this program.
+transformers.BertTokenizer(vocab.txt) gives the same ids as this program, and
+VOCABDIR/tokenizer_config.json, which says that text is lower-cased (do_lower_case).
 """
 import argparse
 import os
@@ -19,7 +20,7 @@ from errors import UserError, exit_on_user_error  # noqa: E402
 from input_files import BadRecords, InputFile, add_input_arguments, find_inputs, read_documents  # noqa: E402
 from preparation import output_dir  # noqa: E402
 from tokenizers.implementations import BertWordPieceTokenizer  # noqa: E402
-from vocab import SPECIAL_TOKENS, load_vocab  # noqa: E402
+from vocab import SPECIAL_TOKENS, load_vocab, write_tokenizer_config  # noqa: E402
 
 
 def canonical_order(tokens: list[str]) -> list[str]:
@@ -35,7 +36,8 @@ def canonical_order(tokens: list[str]) -> list[str]:
 
 def train_vocab(inputs: list[InputFile], out_dir: Path, vocab_size: int, min_frequency: int = 2,
                 show_progress: bool = True, text_field: str = "text", bad: BadRecords | None = None) -> Path:
-    """Train the vocabulary and write out_dir/vocab.txt atomically; returns its path."""
+    """Train the vocabulary and write out_dir/vocab.txt atomically, with a tokenizer_config.json that
+    says it lower-cases; returns vocab.txt's path."""
     if vocab_size < len(SPECIAL_TOKENS) + 100:
         raise UserError(f"--vocab-size {vocab_size}: expected at least {len(SPECIAL_TOKENS) + 100}")
     tokenizer = BertWordPieceTokenizer(lowercase=True)
@@ -52,6 +54,7 @@ def train_vocab(inputs: list[InputFile], out_dir: Path, vocab_size: int, min_fre
         os.replace(temp, target)
     finally:
         temp.unlink(missing_ok=True)
+    write_tokenizer_config(out_dir, lowercase=True)  # load_vocab and transformers read the casing there
     load_vocab(target)  # the file we wrote must be a valid vocabulary
     return target
 

@@ -32,7 +32,7 @@ REQUIRED_KEYS = ("task", "step", "model", "optimizer", "model_config", "vocab_ch
 # What a run reads back from each entry: a checkpoint edited by hand is refused in one line, not
 # with a traceback halfway through the start.
 KEY_TYPES = {"task": str, "step": int, "tokens": int, "model": dict, "optimizer": (dict, type(None)),
-             "model_config": dict, "vocab_checksum": str, "vocab": list, "config": dict,
+             "model_config": dict, "vocab_checksum": str, "vocab": list, "vocab_lowercase": bool, "config": dict,
              "data_position": (dict, type(None)), "rng_per_rank": list, "best": (float, int, type(None)),
              "elapsed": (float, int), "lineage": list}
 # Free to differ between a checkpoint and the run starting from it: pre-training heads come and go.
@@ -48,8 +48,9 @@ def make_state(*, task: str, weights: dict, model_config: ModelConfig, vocab: Vo
     states per rank, and the seconds of training so far (what a time budget counts)."""
     return {"format": FORMAT, "task": task, "step": step, "tokens": tokens, "model": weights,
             "optimizer": optimizer, "config": config, "model_config": asdict(model_config),
-            "vocab_checksum": vocab.checksum, "vocab": list(vocab.tokens), "data_position": data_position,
-            "rng_per_rank": rng_per_rank or [], "best": best, "elapsed": elapsed, **extra}
+            "vocab_checksum": vocab.checksum, "vocab": list(vocab.tokens), "vocab_lowercase": vocab.lowercase,
+            "data_position": data_position, "rng_per_rank": rng_per_rank or [], "best": best, "elapsed": elapsed,
+            **extra}
 
 
 def stage(checkpoint: dict) -> dict:
@@ -169,7 +170,13 @@ def restore_model(path: Path, kinds: dict[str, type]) -> tuple[nn.Module, Vocab,
     missing = load_weights(model, checkpoint["model"], path, strict=False)  # unused heads (NSP) may stay behind
     if missing:
         raise UserError(f"{path}: weights missing for {type(model).__name__}: {', '.join(missing[:5])}")
-    return model.eval(), Vocab(tuple(checkpoint["vocab"])), checkpoint
+    return model.eval(), vocab_of(checkpoint), checkpoint
+
+
+def vocab_of(checkpoint: dict) -> Vocab:
+    """The vocabulary a checkpoint carries; one saved before it kept its casing ("vocab_lowercase")
+    gets the casing its tokens suggest."""
+    return Vocab(tuple(checkpoint["vocab"]), lowercase=checkpoint.get("vocab_lowercase"))
 
 
 def load_weights(model: nn.Module, weights: dict, path: Path, strict: bool = True) -> list[str]:
@@ -196,6 +203,10 @@ def check_compatible(path: Path, checkpoint: dict, vocab: Vocab, current: ModelC
     """The checkpoint's model must be the one the config describes, with the same vocabulary."""
     if checkpoint.get("vocab_checksum") != vocab.checksum:
         raise UserError(f"{path}: made with another vocabulary than {vocab.path} (checksum differs)")
+    if vocab_of(checkpoint).lowercase != vocab.lowercase:
+        casing = {True: "lower-cases text", False: "keeps the case of text"}
+        raise UserError(f"{path}: its vocabulary {casing[not vocab.lowercase]}, {vocab.path} {casing[vocab.lowercase]} "
+                        f"(do_lower_case in tokenizer_config.json beside it says which)")
     saved = checkpoint["model_config"]
     for key, value in asdict(current).items():
         if key in FREE_MODEL_FIELDS or (key == "pooling" and checkpoint["task"] not in CLASSIFICATION_TASKS):

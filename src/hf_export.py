@@ -20,7 +20,7 @@ from errors import UserError
 from glue_tasks import label_names
 from hf_weights import to_hf
 from model import INIT_STD
-from vocab import Vocab
+from vocab import SPECIAL_TOKEN_NAMES, Vocab, tokenizer_config
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "etc" / "hf"
 LAYERS_MODULE = "bert_variant_layers"
@@ -223,14 +223,10 @@ def check_names_unique(sources: list[str]):
 def tokenizer_files(vocab: Vocab, max_len: int) -> dict[str, str]:
     """vocab.txt and tokenizer.json (BERT's [CLS] a [SEP] b [SEP], segment ids 0 and 1), so that
     AutoTokenizer gives the fast tokenizer the program itself uses."""
-    special = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
-               "mask_token": "[MASK]"}
-    config = {"tokenizer_class": "BertTokenizer", "do_lower_case": vocab.lowercase,
-              "model_max_length": max_len, **special}
     return {"vocab.txt": "\n".join(vocab.tokens) + "\n",
             "tokenizer.json": vocab.pair_tokenizer().to_str(pretty=True) + "\n",
-            "tokenizer_config.json": json.dumps(config, indent=2) + "\n",
-            "special_tokens_map.json": json.dumps(special, indent=2) + "\n"}
+            "tokenizer_config.json": json.dumps(tokenizer_config(vocab.lowercase, max_len), indent=2) + "\n",
+            "special_tokens_map.json": json.dumps(SPECIAL_TOKEN_NAMES, indent=2) + "\n"}
 
 
 def model_card(checkpoint: dict, checkpoint_path: Path) -> str:

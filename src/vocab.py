@@ -1,9 +1,12 @@
-"""WordPiece vocabulary: load a BERT vocab.txt, tokenize with the `tokenizers` library.
+"""WordPiece vocabulary: load a BERT vocab.txt (or tokenizer.json), tokenize with the `tokenizers` library.
 
 A vocabulary is identified by a checksum of its tokens, so shards and checkpoints can say
-which vocabulary they were made with.
+which vocabulary they were made with. Whether text is lower-cased first is for the vocabulary's
+own files to say (declared_lowercase); where none does, its tokens decide (lowercase_by_tokens).
 """
 import hashlib
+import io
+import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -12,15 +15,28 @@ import numpy as np
 from tokenizers import Tokenizer
 from tokenizers.implementations import BertWordPieceTokenizer
 
+from atomic import atomic_write
 from errors import UserError
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+SPECIAL_TOKEN_NAMES = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+                       "mask_token": "[MASK]"}
+# Far above any published tokenizer file (bert-base-uncased's tokenizer.json: 0.7 MB), so that a
+# device (/dev/zero) or a huge file is refused instead of read until memory runs out.
+MAX_FILE_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
 class Vocab:
     tokens: tuple[str, ...]
     path: Path | None = None  # None for a vocabulary carried inside a checkpoint
+    # Whether text is lower-cased (and accents stripped) before WordPiece, as the vocabulary's own
+    # files or its checkpoint say; None: as its tokens suggest (lowercase_by_tokens).
+    lowercase: bool | None = None
+
+    def __post_init__(self):
+        if self.lowercase is None:  # decided once, so equal vocabularies compare equal
+            object.__setattr__(self, "lowercase", lowercase_by_tokens(self.tokens))
 
     @property
     def size(self) -> int:
@@ -64,11 +80,6 @@ class Vocab:
     def checksum(self) -> str:
         """sha256 of the tokens in order: equal checksums mean equal token ids."""
         return hashlib.sha256("\n".join(self.tokens).encode("utf-8")).hexdigest()[:16]
-
-    @property
-    def lowercase(self) -> bool:
-        """Uncased vocabularies hold no upper-case word pieces (bert-base-uncased, ours)."""
-        return not any(token[:1].isupper() for token in self.tokens if not token.startswith("["))
 
     @property
     def id_dtype(self) -> type:
@@ -116,6 +127,77 @@ class Vocab:
         return " ".join(words)
 
 
+def lowercase_by_tokens(tokens) -> bool:
+    """The rule for a vocabulary whose files do not say: uncased when lower-casing changes none of
+    its pieces. Lower-casing is the test, not str.isupper(): bert-base-uncased holds `ℝ`, an
+    upper-case letter without a lower case, which lower-casing keeps."""
+    return all(token == token.lower() for token in tokens if not token.startswith("["))
+
+
+def declared_lowercase(directory: Path) -> bool | None:
+    """Whether a vocabulary directory's own files say text is lower-cased, as transformers reads
+    them: tokenizer_config.json's do_lower_case first, then tokenizer.json's normaliser; None
+    when neither file says."""
+    config_file, tokenizer_file = directory / "tokenizer_config.json", directory / "tokenizer.json"
+    if config_file.exists():
+        value = read_json_object(config_file, "the tokenizer settings").get("do_lower_case")
+        if isinstance(value, bool):
+            return value
+        if value is not None:
+            raise UserError(f"{config_file}: do_lower_case is {value!r}; expected true or false")
+    if tokenizer_file.exists():
+        return normalizer_lowercase(read_json_object(tokenizer_file, "the tokenizer").get("normalizer"))
+    return None
+
+
+def normalizer_lowercase(normalizer) -> bool:
+    """Whether a tokenizer.json normaliser lower-cases: BERT's own, or a Lowercase step in a sequence."""
+    if not isinstance(normalizer, dict):
+        return False
+    if normalizer.get("type") == "Sequence":
+        return any(normalizer_lowercase(step) for step in normalizer.get("normalizers") or [])
+    return normalizer.get("type") == "Lowercase" or (normalizer.get("type") == "BertNormalizer"
+                                                     and normalizer.get("lowercase") is True)
+
+
+def tokenizer_config(lowercase: bool, max_len: int | None = None) -> dict:
+    """tokenizer_config.json: transformers' BertTokenizer and load_vocab read the casing from it."""
+    config = {"tokenizer_class": "BertTokenizer", "do_lower_case": lowercase, **SPECIAL_TOKEN_NAMES}
+    return config if max_len is None else config | {"model_max_length": max_len}
+
+
+def write_tokenizer_config(directory: Path, lowercase: bool):
+    """A vocabulary directory's own word on its casing, beside its vocab.txt."""
+    text = json.dumps(tokenizer_config(lowercase), indent=2) + "\n"
+    atomic_write(directory / "tokenizer_config.json", lambda temp: temp.write_text(text, encoding="utf-8"))
+
+
+def read_small_text(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
+    """A UTF-8 text file of at most `limit` bytes, its line ends as written; anything else is one
+    line saying why `what` cannot be read."""
+    if not path.is_file():
+        raise UserError(f"{path}: cannot read {what} ({'not a regular file' if path.exists() else 'not found'})")
+    try:
+        with path.open("rb") as file:
+            data = file.read(limit + 1)
+        if len(data) > limit:
+            raise UserError(f"{path}: cannot read {what} (larger than {limit / 2**20:.0f} MiB)")
+        return data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"{path}: cannot read {what} ({error.__class__.__name__}: {error})") from None
+
+
+def read_json_object(path: Path, what: str) -> dict:
+    """A small JSON file holding an object (config.json, tokenizer.json, tokenizer_config.json)."""
+    try:
+        value = json.loads(read_small_text(path, what))
+    except ValueError as error:
+        raise UserError(f"{path}: cannot read {what} (not JSON: {error})") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{path}: cannot read {what} (expected a JSON object, found {type(value).__name__})")
+    return value
+
+
 def vocab_file(path) -> Path:
     """`-v` takes the directory holding vocab.txt (the original convention) or the file."""
     path = Path(path)
@@ -123,16 +205,40 @@ def vocab_file(path) -> Path:
 
 
 def load_vocab(path) -> Vocab:
+    """vocab.txt, lower-casing as the files beside it say (declared_lowercase)."""
     file = vocab_file(path)
-    try:
-        tokens = tuple(line.rstrip("\r\n") for line in file.open(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserError(f"{file}: cannot read vocabulary ({error.__class__.__name__}: {error})") from None
+    text = read_small_text(file, "vocabulary")
+    # Line ends as transformers' BertTokenizer reads them: \n, \r\n and \r.
+    tokens = tuple(line.rstrip("\r\n") for line in io.StringIO(text, newline=None))
     while tokens and not tokens[-1]:
         tokens = tokens[:-1]
+    check_tokens(file, tokens)
+    return Vocab(tokens=tokens, path=file, lowercase=declared_lowercase(file.parent))
+
+
+def load_tokenizer_json(path: Path) -> Vocab:
+    """The WordPiece vocabulary inside a tokenizer.json, lower-casing as the files beside it say."""
+    model = read_json_object(path, "the tokenizer").get("model")
+    try:
+        tokens = tuple(sorted(model["vocab"], key=model["vocab"].get))
+        ids = sorted(model["vocab"].values())
+    except (KeyError, TypeError, AttributeError) as error:
+        raise UserError(f"{path}: cannot read a WordPiece vocabulary ({error.__class__.__name__})") from None
+    if model.get("type") != "WordPiece":
+        raise UserError(f"{path}: not a BERT WordPiece tokenizer (model type {model.get('type')!r})")
+    if ids != list(range(len(ids))):
+        raise UserError(f"{path}: the WordPiece ids are not 0 to {len(ids) - 1}, each once")
+    broken = next((token for token in tokens if "\n" in token or "\r" in token), None)
+    if broken is not None:
+        raise UserError(f"{path}: token {model['vocab'][broken]} ({broken!r}) holds a line break, "
+                        f"which a vocab.txt (one token a line) cannot hold")
+    check_tokens(path, tokens)
+    return Vocab(tokens=tokens, path=path, lowercase=declared_lowercase(path.parent))
+
+
+def check_tokens(path: Path, tokens: tuple[str, ...]):
     missing = [token for token in SPECIAL_TOKENS if token not in tokens]
     if missing:
-        raise UserError(f"{file}: not a BERT vocabulary, missing special tokens {' '.join(missing)}")
+        raise UserError(f"{path}: not a BERT vocabulary, missing special tokens {' '.join(missing)}")
     if len(set(tokens)) != len(tokens):
-        raise UserError(f"{file}: not a BERT vocabulary, some tokens appear twice")
-    return Vocab(tokens=tokens, path=file)
+        raise UserError(f"{path}: not a BERT vocabulary, some tokens appear twice")

