@@ -7,10 +7,12 @@ BERT's own architecture becomes transformers' BERT classes (BertForMaskedLM,
 BertForSequenceClassification, ...); any other (pre-LN, RoPE, GeGLU, mean pooling, ...) a model
 whose code travels in the directory, loaded with trust_remote_code=True. The directory also holds
 the tokenizer (tokenizer.json, vocab.txt), the label names and a model card (README.md). It is
-written whole into a temporary directory first, then renamed into place.
+written whole into a temporary directory first, then renamed into place; --force replaces an
+earlier export and nothing else (never the directory holding the checkpoint).
 """
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -21,6 +23,7 @@ from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 import checkpoint as checkpoints  # noqa: E402
+from atomic import sync_directory  # noqa: E402
 import hf_export  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from model import BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, ModelConfig  # noqa: E402
@@ -45,11 +48,20 @@ def check_weights(path: Path, checkpoint: dict):
         raise UserError(f"{path}: a damaged checkpoint: weights missing: {', '.join(missing[:3])}")
 
 
-def check_output(out_dir: Path, force: bool):
+def check_output(out_dir: Path, checkpoint_path: Path, force: bool):
+    """The output is new, empty, or (with --force) an earlier export and nothing else: never the
+    directory the checkpoint is in, nor one holding anything an export does not write."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir}: exists and is not a directory")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+    if not out_dir.is_dir() or not any(out_dir.iterdir()):
+        return
+    if checkpoint_path.resolve().is_relative_to(out_dir.resolve()):
+        raise UserError(f"{out_dir}: holds the checkpoint {checkpoint_path}; export to another directory")
+    if not force:
         raise UserError(f"{out_dir}: exists and is not empty; add --force to replace it")
+    problem = hf_export.not_an_export(out_dir)
+    if problem:
+        raise UserError(f"{out_dir}: {problem}; --force replaces only an earlier export")
 
 
 def directory_files(checkpoint_path: Path, checkpoint: dict) -> dict[str, str]:
@@ -62,39 +74,62 @@ def directory_files(checkpoint_path: Path, checkpoint: dict) -> dict[str, str]:
 
 
 def export(checkpoint_path: Path, out_dir: Path, force: bool = False) -> list[str]:
-    """Writes the directory; returns the names of its files."""
+    """Writes the directory (where out_dir leads, if a symbolic link); returns the names of its files."""
     checkpoint = checkpoints.load(checkpoint_path)
     hf_export.check_exportable(checkpoint_path, checkpoint)
     check_weights(checkpoint_path, checkpoint)
-    check_output(out_dir, force)
+    check_output(out_dir, checkpoint_path, force)
     files = directory_files(checkpoint_path, checkpoint)
+    target = out_dir.resolve()  # a link stays a link; the directory it leads to is replaced
     try:
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        temp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     except OSError as error:
         raise UserError(f"{out_dir}: cannot create the output directory ({error.strerror})") from None
     try:
         save_file(hf_export.exported_weights(checkpoint), temp / "model.safetensors", metadata={"format": "pt"})
         for name, text in files.items():
             (temp / name).write_text(text, encoding="utf-8")
-        replace_directory(temp, out_dir)
+        finish(temp)
+        replace_directory(temp, target)
     except OSError as error:
         raise UserError(f"{out_dir}: cannot write ({error.strerror})") from None
     finally:
         shutil.rmtree(temp, ignore_errors=True)
-    return sorted(path.name for path in out_dir.iterdir())
+    return sorted(path.name for path in target.iterdir())
+
+
+def finish(directory: Path):
+    """The permissions the umask gives new files, where mkdtemp makes 0700 and safetensors 0600
+    (private to their owner), and every file on disk before the rename makes them the export."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in directory.iterdir():
+        path.chmod(0o666 & ~mask)
+        with open(path, "rb+") as file:
+            os.fsync(file.fileno())
+    directory.chmod(0o777 & ~mask)
+    sync_directory(directory)
 
 
 def replace_directory(new: Path, out_dir: Path):
-    """out_dir := new; an old out_dir (--force) is moved aside first and removed once new is in place."""
-    old = None
-    if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        out_dir.rename(old)
-    new.rename(out_dir)
-    if old is not None:
-        shutil.rmtree(old)
+    """out_dir := new. An earlier export (--force) is moved into a directory of its own beside it
+    first, moved back if the rename fails, and removed once new is in place."""
+    if not out_dir.exists():
+        new.rename(out_dir)
+        sync_directory(out_dir.parent)
+        return
+    aside = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
+    try:
+        out_dir.rename(aside / out_dir.name)
+        try:
+            new.rename(out_dir)
+        except OSError:
+            (aside / out_dir.name).rename(out_dir)  # the earlier export stays
+            raise
+    finally:
+        shutil.rmtree(aside)
+        sync_directory(out_dir.parent)
 
 
 def parse_args(argv=None):
@@ -102,7 +137,8 @@ def parse_args(argv=None):
     parser.add_argument("--cp", type=Path, required=True,
                         help="our checkpoint: pre-trained (mlm, clm, electra), fine-tuned, or imported")
     parser.add_argument("-o", "--output", type=Path, required=True, help="directory to write")
-    parser.add_argument("--force", action="store_true", help="replace an output directory that is not empty")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an earlier export in the output directory (never anything else)")
     return parser.parse_args(argv)
 
 

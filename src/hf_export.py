@@ -24,6 +24,12 @@ from vocab import SPECIAL_TOKEN_NAMES, Vocab, tokenizer_config
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "etc" / "hf"
 LAYERS_MODULE = "bert_variant_layers"
+ADAPTERS = ("configuration_bert_variant.py", "modeling_bert_variant.py")
+# Every file an export writes: --force replaces a directory that holds these alone.
+EXPORT_FILES = ("config.json", "model.safetensors", "README.md", "vocab.txt", "tokenizer.json",
+                "tokenizer_config.json", "special_tokens_map.json", *ADAPTERS, f"{LAYERS_MODULE}.py")
+# The model card's own words, which tell an earlier export from a model downloaded with the same file names.
+CARD_MARK = "Exported by the BERT-from-scratch program's `scripts/export_hf.py`"
 # Settings transformers' BERT expresses, with BERT's value; pooling only matters to classifiers.
 BERT_ARCHITECTURE = {"norm": "postln", "position": "learned", "feed_forward": "gelu"}
 # What src/model.py imports that only a training run needs: the definitions using them stay behind.
@@ -134,8 +140,7 @@ def variant_config(checkpoint: dict) -> dict:
 
 def code_files() -> dict[str, str]:
     """The remote code: etc/hf's adapters and the layers generated from src/model.py."""
-    adapters = ("configuration_bert_variant.py", "modeling_bert_variant.py")
-    return {name: (TEMPLATES / name).read_text(encoding="utf-8") for name in adapters} | {
+    return {name: (TEMPLATES / name).read_text(encoding="utf-8") for name in ADAPTERS} | {
         f"{LAYERS_MODULE}.py": layers_source()}
 
 
@@ -229,14 +234,28 @@ def tokenizer_files(vocab: Vocab, max_len: int) -> dict[str, str]:
             "special_tokens_map.json": json.dumps(SPECIAL_TOKEN_NAMES, indent=2) + "\n"}
 
 
+def not_an_export(directory: Path) -> str | None:
+    """Why a directory is not an earlier export, which --force may replace, or None: what it holds
+    beside an export's files, or a README.md that is not our model card."""
+    foreign = sorted(entry.name for entry in directory.iterdir()
+                     if entry.name not in EXPORT_FILES or entry.is_symlink() or not entry.is_file())
+    if foreign:
+        return f"holds {foreign[0]}, which no export writes"
+    card = directory / "README.md"
+    if not card.is_file():
+        return "has no README.md, the model card every export writes"
+    with card.open("rb") as file:
+        opening = file.read(4096)  # the mark is in the card's first lines
+    return None if CARD_MARK.encode() in opening else "has a README.md that is not an export's model card"
+
+
 def model_card(checkpoint: dict, checkpoint_path: Path) -> str:
     """README.md: the architecture, the training behind the weights, and how to load them."""
     saved, task, name = checkpoint["model_config"], checkpoint["task"], architecture(checkpoint)
     remote = "" if is_native(checkpoint) else ", trust_remote_code=True"
     auto = "AutoModelForSequenceClassification" if task in CLASSIFICATION_TASKS else AUTO_NAMES.get(name, "AutoModel")
     lines = ["---", "library_name: transformers", "tags: [bert, fill-mask]" if task == "mlm" else "tags: [bert]", "---",
-             f"# {name}", "", f"Exported by the BERT-from-scratch program's `scripts/export_hf.py` from "
-             f"`{checkpoint_path.name}`.", "", "## Architecture", "",
+             f"# {name}", "", f"{CARD_MARK} from `{checkpoint_path.name}`.", "", "## Architecture", "",
              f"{saved['n_layer']} layers, width {saved['d_model']}, {saved['heads']} heads, feed-forward "
              f"{saved['d_ff']} ({saved.get('feed_forward', 'gelu')}), norm {saved.get('norm', 'postln')}, "
              f"positions {saved.get('position', 'learned')} (up to {saved['max_len']} tokens), "

@@ -2,7 +2,9 @@
 pipelines, compared output by output with ours, and imported back."""
 import importlib.util
 import json
+import os
 import shutil
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -365,16 +367,78 @@ def one_error_line(capsys, call) -> str:
     return lines[0]
 
 
-def test_a_directory_that_is_not_empty_is_refused_unless_forced(trained, tmp_path, capsys):
+def listing(directory: Path) -> dict[str, bytes]:
+    """Every file under directory, with its bytes."""
+    return {str(path.relative_to(directory)): path.read_bytes() for path in sorted(directory.rglob("*"))
+            if path.is_file()}
+
+
+def test_force_replaces_an_earlier_export_and_nothing_else(trained, tmp_path, capsys):
+    path = trained("clm-bert")
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "notes.txt").write_text("mine")
-    path = trained("clm-bert")
     line = one_error_line(capsys, lambda: export_hf.main(["--cp", str(path), "-o", str(tmp_path / "hf")]))
     assert line == f"error: {tmp_path / 'hf'}: exists and is not empty; add --force to replace it"
-    assert [p.name for p in (tmp_path / "hf").iterdir()] == ["notes.txt"]
-    export_hf.main(["--cp", str(path), "-o", str(tmp_path / "hf"), "--force"])
-    assert not (tmp_path / "hf" / "notes.txt").exists() and (tmp_path / "hf" / "model.safetensors").exists()
+    line = one_error_line(capsys, lambda: export_hf.main(["--cp", str(path), "-o", str(tmp_path / "hf"), "--force"]))
+    assert line == (f"error: {tmp_path / 'hf'}: holds notes.txt, which no export writes; --force replaces only an "
+                    "earlier export")
+    assert listing(tmp_path / "hf") == {"notes.txt": b"mine"}
+
+    (tmp_path / "hf" / "notes.txt").unlink()
+    exported(path, tmp_path / "hf")
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    export_hf.main(["--cp", str(path), "-o", str(tmp_path / "hf"), "--force"])  # an earlier export: replaced
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == ["BertLMHeadModel"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]  # no temporary directory left
+
+    (tmp_path / "hf" / "README.md").write_text("# a model downloaded with an export's file names\n")
+    before = listing(tmp_path / "hf")
+    line = one_error_line(capsys, lambda: export_hf.main(["--cp", str(path), "-o", str(tmp_path / "hf"), "--force"]))
+    assert line.endswith("has a README.md that is not an export's model card; --force replaces only an earlier export")
+    assert listing(tmp_path / "hf") == before
+
+
+def test_force_never_replaces_the_checkpoints_folder_or_the_base_directory(trained, tmp_path, capsys):
+    """`-o RUN/checkpoints` and `-o BASE` (vocab/, datasets/, runs/) once deleted what they held."""
+    base = tmp_path / "base"
+    for folder in ("vocab", "datasets", "runs/run0/checkpoints"):
+        (base / folder).mkdir(parents=True)
+    (base / "vocab" / "vocab.txt").write_text("[PAD]\n")
+    checkpoints_dir = base / "runs" / "run0" / "checkpoints"
+    for name in ("best.pt", "checkpoint.pt"):
+        shutil.copy(trained("clm-bert"), checkpoints_dir / name)
+    before = listing(tmp_path)
+    best = checkpoints_dir / "best.pt"
+    for out in (checkpoints_dir, base):
+        line = one_error_line(capsys, lambda out=out: export_hf.main(["--cp", str(best), "-o", str(out), "--force"]))
+        assert line == f"error: {out}: holds the checkpoint {best}; export to another directory"
+    elsewhere = trained("clm-bert")  # the checkpoint outside the base: still not an export
+    line = one_error_line(capsys, lambda: export_hf.main(["--cp", str(elsewhere), "-o", str(base), "--force"]))
+    assert line.startswith(f"error: {base}: holds datasets, which no export writes")
+    assert listing(tmp_path) == before
+
+
+def test_force_through_a_symbolic_link_replaces_the_directory_it_leads_to(trained, tmp_path):
+    exported(trained("clm-bert"), tmp_path / "models" / "v1")
+    (tmp_path / "latest").symlink_to(tmp_path / "models" / "v1", target_is_directory=True)
+    export_hf.main(["--cp", str(trained("mlm-preln-rope-geglu")), "-o", str(tmp_path / "latest"), "--force"])
+    assert (tmp_path / "latest").is_symlink() and (tmp_path / "latest").resolve() == tmp_path / "models" / "v1"
+    assert json.loads((tmp_path / "models" / "v1" / "config.json").read_text())["model_type"] == "bert-variant"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "models"]  # no .latest.old
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["v1"]
+
+
+@pytest.mark.parametrize("umask, directory_mode, file_mode", [(0o022, 0o755, 0o644), (0o027, 0o750, 0o640)])
+def test_an_export_has_the_permissions_the_umask_gives(trained, tmp_path, umask, directory_mode, file_mode):
+    """Not mkdtemp's 0700 and safetensors' 0600: others read an export as they read our other files."""
+    previous = os.umask(umask)
+    try:
+        directory = exported(trained("clm-bert"), tmp_path / "hf")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(directory.stat().st_mode) == directory_mode
+    assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in directory.iterdir()} == {
+        path.name: file_mode for path in directory.iterdir()}
 
 
 def test_a_task_without_a_counterpart_is_one_line(trained, tmp_path, capsys):
