@@ -11,7 +11,7 @@ any directory scripts/export_hf.py wrote. Heads the directory lacks start fresh 
 begins, and the log says so. Whether text is lower-cased is read from the directory's own
 tokenizer_config.json (do_lower_case) or tokenizer.json and kept in the checkpoint. config.json's
 sizes are checked before anything is allocated: a model larger than this machine's memory
-(--memory-limit) is refused.
+(--memory-limit-gib) is refused.
 """
 import argparse
 import sys
@@ -133,7 +133,7 @@ def check_size(path: Path, config: dict, architecture: ModelConfig, memory_limit
     """The weights, held twice while converting, must fit the machine: refused before reading them."""
     keys = [key for field, key in shape_keys(config).items() if field != "heads" and key in config]
     source = f"{path} ({', '.join(f'{key} {config[key]}' for key in keys)})"
-    check_fits_memory(architecture, copies=2, limit_gib=memory_limit, source=source, flag="--memory-limit")
+    check_fits_memory(architecture, copies=2, limit_gib=memory_limit, source=source, flag="--memory-limit-gib")
 
 
 def task_of(config: dict, weights: dict) -> str:
@@ -224,7 +224,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-i", "--input", type=Path, required=True, help="a transformers BERT directory")
     parser.add_argument("-o", "--output", type=Path, required=True, help="the checkpoint file to write")
-    parser.add_argument("--memory-limit", type=float, metavar="GIB",
+    parser.add_argument("--memory-limit-gib", type=float, metavar="GIB",
                         help="the most memory the model may take, in GiB (default: this machine's memory)")
     return parser.parse_args(argv)
 
@@ -234,7 +234,7 @@ def main(argv=None):
     args = parse_args(argv)
     if not args.input.is_dir():
         raise UserError(f"{args.input}: not a directory")
-    result = convert(args.input, args.output, args.memory_limit)
+    result = convert(args.input, args.output, args.memory_limit_gib)
     print(f"wrote {args.output}: a {result['task']} checkpoint")
     if result["fresh"]:
         print(f"  not in {args.input} (start fresh when training): {', '.join(result['fresh'])}")

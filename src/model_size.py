@@ -37,7 +37,12 @@ def check_fits_memory(config: ModelConfig, *, copies: int, limit_gib: float | No
     needed = copies * BYTES_PER_WEIGHT * count
     limit = machine_memory() if limit_gib is None else limit_gib * GIB
     if needed > limit:
-        limit_text = (f"this machine's memory ({limit / GIB:,.1f} GiB; {flag} GIB sets another limit)"
+        limit_text = (f"this machine's memory ({gib_text(limit)}; {flag} GIB sets another limit)"
                       if limit_gib is None else f"{flag} {limit_gib:g} GiB")
-        raise UserError(f"{source}: the model would allocate {needed / GIB:,.1f} GiB ({copies} x {count:,} float32 "
+        raise UserError(f"{source}: the model would allocate {gib_text(needed)} ({copies} x {count:,} float32 "
                         f"weights), more than {limit_text}")
+
+
+def gib_text(size: float) -> str:
+    """Bytes in GiB, with the digits a small model needs too (0.0014 GiB, not 0.0)."""
+    return f"{size / GIB:,.1f} GiB" if size >= GIB else f"{size / GIB:.2g} GiB"

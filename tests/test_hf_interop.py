@@ -344,16 +344,17 @@ def test_a_model_larger_than_the_memory_is_refused_saying_its_size(vocab_dir, tm
                            "num_hidden_layers 2, intermediate_size 1000000000, type_vocab_size 2): the model would "
                            "allocate 1,907.")
     assert "GiB (2 x 256,000," in line and "more than this machine's memory (" in line
-    assert line.endswith("GiB; --memory-limit GIB sets another limit)")
+    assert line.endswith("GiB; --memory-limit-gib GIB sets another limit)")
     assert not (tmp_path / "x.pt").exists()
 
 
 def test_the_memory_limit_is_a_flag(vocab_dir, tmp_path, capsys):
     random_bert(TheirMaskedLM, vocab_dir, tmp_path / "hf")
     arguments = ["-i", str(tmp_path / "hf"), "-o", str(tmp_path / "x.pt")]
-    line = one_error_line(capsys, lambda: import_hf.main(arguments + ["--memory-limit", "0.001"]))
-    assert line.endswith("float32 weights), more than --memory-limit 0.001 GiB") and "0.0 GiB" in line
-    import_hf.main(arguments + ["--memory-limit", "0.01"])
+    line = one_error_line(capsys, lambda: import_hf.main(arguments + ["--memory-limit-gib", "0.001"]))
+    assert line.endswith("would allocate 0.0015 GiB (2 x 207,952 float32 weights), "
+                         "more than --memory-limit-gib 0.001 GiB")
+    import_hf.main(arguments + ["--memory-limit-gib", "0.01"])
     assert (tmp_path / "x.pt").is_file()
 
 
