@@ -17,7 +17,6 @@ from batching import BatchOrder, gather_padded
 from config import ini_text
 from errors import UserError
 from masking import IGNORE_INDEX, MaskingRule, predictions_per_sequence
-from sentence_pairs import segment_ids
 from shard_stream import EpochPlan, ShardFile, ShardLoader, epoch_sets, rank_positions, scan
 from shards import Shard, find_shards, join_shards, read_articles, read_shard, select_rows
 
@@ -95,6 +94,14 @@ def unmasked_ids(batch: dict) -> np.ndarray:
     ids, used = batch["input_ids"].copy(), batch["labels"] != IGNORE_INDEX
     ids[np.nonzero(used)[0], batch["positions"][used]] = batch["labels"][used]
     return ids
+
+
+def segment_ids(input_ids: np.ndarray, real: np.ndarray, sep_id: int) -> np.ndarray:
+    """Token types of [batch, length] pair samples: 0 up to and including the first [SEP],
+    1 after it, 0 on padding."""
+    is_sep = input_ids == sep_id
+    after_first_sep = np.cumsum(is_sep, axis=1) - is_sep > 0
+    return (after_first_sep & real).astype(np.int64)
 
 
 @dataclasses.dataclass(frozen=True)

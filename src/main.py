@@ -14,6 +14,7 @@ if __name__ == "__main__":  # before the seconds of importing torch: Ctrl-C then
 
 import argparse
 import dataclasses
+import importlib
 import sys
 from pathlib import Path
 
@@ -21,22 +22,20 @@ import torch
 
 import checkpoint as checkpoints
 import distributed
-from classification_task import ClassificationTask
-from clm_task import CausalLMTask
 from config import CLASSIFICATION_TASKS, Config, key_reference
-from electra_task import ElectraTask
 from errors import UserError, exit_on_user_error
 from hardware import select_device
 from ini import load_config
-from mlm_task import MaskedLMTask
 from optimizer import with_run_length
 from stop_request import StopRequest
 from trainer import Trainer
 from vocab import load_vocab
 
-# Each task-type (config.TASK_TYPES) to its class; the trainer knows a task only through task.Task.
-TASKS = {task.name: task for task in (MaskedLMTask, CausalLMTask, ElectraTask)} | dict.fromkeys(
-    CLASSIFICATION_TASKS, ClassificationTask)
+# Each task-type (config.TASK_TYPES) to the module and class of its task, imported when a config
+# names it: a run reads only its own task. The trainer knows a task only through task.Task.
+TASKS = {"mlm": ("mlm_task", "MaskedLMTask"), "clm": ("clm_task", "CausalLMTask"),
+         "electra": ("electra_task", "ElectraTask")} | dict.fromkeys(
+    CLASSIFICATION_TASKS, ("classification_task", "ClassificationTask"))
 
 
 def parse_args(argv):
@@ -61,7 +60,8 @@ def parse_args(argv):
 def make_task(config: Config, rank: int = 0, world_size: int = 1):
     vocab = load_vocab(config.vocab_path)
     device = select_device(config.device)
-    return TASKS[config.task_type](config, vocab, device, rank, world_size)
+    module, name = TASKS[config.task_type]
+    return getattr(importlib.import_module(module), name)(config, vocab, device, rank, world_size)
 
 
 def run(config: Config, checkpoint: Path | None, test: bool, rank: int = 0, world_size: int = 1, *,

@@ -1,5 +1,5 @@
 """Sentence pairs for next-sentence (BERT) and sentence-order (ALBERT) prediction: documents cut
-into sentences, pairs built as Google's create_pretraining_data.py builds them, segment ids.
+into sentences (tokenizing.py), pairs built as Google's create_pretraining_data.py builds them.
 
 A sample is [CLS] A [SEP] B [SEP]. Sentences end at ., ! or ? (maybe followed by a closing quote
 or bracket) before whitespace. Each document's sentences are gathered into chunks of up to m-3
@@ -12,7 +12,6 @@ document is in two; NSP's random B comes from one of the next 1,000 documents of
 last 1,000 at the end), which keeps memory bounded where BERT draws from the whole corpus. A chunk
 needs two sentences, so one-sentence documents give no pair; the summary counts them.
 """
-import re
 from collections import deque
 from typing import Callable, NamedTuple
 
@@ -27,10 +26,6 @@ IN_ORDER, SWAPPED = 0, 1  # SOP labels
 SHORT_TARGET_PROBABILITY = 0.1  # BERT's short_seq_prob: some samples shorter than seq-len
 NEGATIVE_WINDOW = 1000  # documents of a split held in memory to draw NSP's random B from
 
-# A sentence ends at . ! or ?, maybe followed by a closing quote or bracket, then whitespace.
-# Abbreviations ("Mr. Smith") split too: a pair boundary there costs little.
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[.!?][\"')\]])\s+")
-
 
 class Pair(NamedTuple):
     first: np.ndarray  # A's word pieces
@@ -38,24 +33,6 @@ class Pair(NamedTuple):
     label: int  # NSP: RANDOM_NEXT or IS_NEXT; SOP: SWAPPED or IN_ORDER
     document: int  # A's document, by its running index in the input
     second_document: int  # B's: another one for NSP's random B, else the same
-
-
-def split_sentences(text: str) -> list[str]:
-    return [sentence for sentence in SENTENCE_END.split(text.strip()) if sentence]
-
-
-def encode_documents(vocab, lines: list[str]) -> list[list[np.ndarray]]:
-    """One document per line, as its sentences' word pieces; sentences and documents without
-    pieces are left out. All sentences of the lines go through the tokenizer at once."""
-    sentences = [split_sentences(line) for line in lines]
-    encoded = vocab.encode([sentence for document in sentences for sentence in document])
-    documents, start = [], 0
-    for document in sentences:
-        pieces = [np.array(ids, dtype=np.int32) for ids in encoded[start:start + len(document)] if ids]
-        start += len(document)
-        if pieces:
-            documents.append(pieces)
-    return documents
 
 
 def truncate_pair(first: np.ndarray, second: np.ndarray, max_pieces: int,
@@ -200,11 +177,3 @@ def other_in_window(window: deque, own: int, rng: np.random.Generator) -> tuple[
 
 def pair_sample(pair: Pair, cls_id: int, sep_id: int) -> np.ndarray:
     return np.concatenate(([cls_id], pair.first, [sep_id], pair.second, [sep_id]))
-
-
-def segment_ids(input_ids: np.ndarray, real: np.ndarray, sep_id: int) -> np.ndarray:
-    """Token types of [batch, length] pair samples: 0 up to and including the first [SEP],
-    1 after it, 0 on padding."""
-    is_sep = input_ids == sep_id
-    after_first_sep = np.cumsum(is_sep, axis=1) - is_sep > 0
-    return (after_first_sep & real).astype(np.int64)

@@ -1,10 +1,12 @@
 """Tokenizing batches of documents in N worker processes, results in input order and memory bounded:
-what tokenize_text.py and the shard preparers share. The result never depends on N.
+what tokenize_text.py and the shard preparers share; documents as ids, or as sentences' ids (for
+sentence pairs). The result never depends on N.
 """
 import collections
 import itertools
 import multiprocessing
 import os
+import re
 from typing import Iterator
 
 import numpy as np
@@ -13,6 +15,10 @@ from vocab import Vocab, load_vocab
 
 ENCODE_BATCH_CHARS = 1 << 20
 KINDS = ("ids", "sentences")
+
+# A sentence ends at . ! or ?, maybe followed by a closing quote or bracket, then whitespace.
+# Abbreviations ("Mr. Smith") split too: a pair boundary there costs little.
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[.!?][\"')\]])\s+")
 
 
 def default_workers() -> int:
@@ -52,8 +58,26 @@ def encode(vocab: Vocab, kind: str, documents: list[str]):
     """ids: the documents' ids concatenated; sentences: each document as its sentences' ids."""
     if kind == "ids":
         return document_ids(vocab, documents)
-    from sentence_pairs import encode_documents
     return encode_documents(vocab, documents)
+
+
+def split_sentences(text: str) -> list[str]:
+    return [sentence for sentence in SENTENCE_END.split(text.strip()) if sentence]
+
+
+def encode_documents(vocab, lines: list[str]) -> list[list[np.ndarray]]:
+    """One document per line, as its sentences' word pieces; sentences and documents without
+    pieces are left out. All sentences of the lines go through the tokenizer at once."""
+    sentences = [split_sentences(line) for line in lines]
+    encoded = vocab.encode([sentence for document in sentences for sentence in document])
+    documents, start = [], 0
+    for document in sentences:
+        pieces = [np.array(ids, dtype=np.int32) for ids in encoded[start:start + len(document)] if ids]
+        start += len(document)
+        if pieces:
+            documents.append(pieces)
+    return documents
+
 
 
 worker_vocab: Vocab | None = None  # one per worker process, loaded once by load_worker_vocab

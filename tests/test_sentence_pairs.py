@@ -17,9 +17,9 @@ from conftest import MLM_SEQ_LEN, make_mlm_workdir, prepare_mlm_base_dir
 from lm_data import make_batch
 from packed_files import ShardError
 from preparation import SPLITS, assign_splits
-from sentence_pairs import (PairMaker, encode_documents, pair_sample, split_sentences,
-                            truncate_pair)
+from sentence_pairs import PairMaker, pair_sample, truncate_pair
 from shards import read_shard
+from tokenizing import encode_documents
 from test_trainer import load, scalars
 
 SEQ_LEN = 128
@@ -68,12 +68,6 @@ def assert_about_half(labels):
 
 def is_run(pieces):
     return len(pieces) > 0 and (np.diff(pieces) == 1).all()
-
-
-def test_split_sentences_at_end_punctuation_and_whitespace():
-    assert split_sentences("It was great. Really! Was it? \"Yes.\" (Sure.) 3.5 stars...ok") == \
-        ["It was great.", "Really!", "Was it?", "\"Yes.\"", "(Sure.)", "3.5 stars...ok"]
-    assert split_sentences("  no end  ") == ["no end"]
 
 
 def test_truncation_takes_from_the_longer_side_first():

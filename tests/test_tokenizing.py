@@ -1,7 +1,7 @@
 """src/tokenizing.py: documents tokenized in batches of bounded size, on N processes, in input order."""
 import numpy as np
 
-from tokenizing import Tokenizing, document_batches, document_ids
+from tokenizing import Tokenizing, document_batches, document_ids, split_sentences
 
 
 def test_batches_hold_about_batch_chars_and_keep_every_document_in_order():
@@ -28,3 +28,9 @@ def test_two_processes_give_one_process_results_in_input_order(vocab, imdb_revie
         parallel = list(two.map(iter(jobs)))
     assert [tag for tag, _ in parallel] == list(range(8))
     assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(serial, parallel))
+
+
+def test_split_sentences_at_end_punctuation_and_whitespace():
+    assert split_sentences("It was great. Really! Was it? \"Yes.\" (Sure.) 3.5 stars...ok") == \
+        ["It was great.", "Really!", "Was it?", "\"Yes.\"", "(Sure.)", "3.5 stars...ok"]
+    assert split_sentences("  no end  ") == ["no end"]
