@@ -28,8 +28,7 @@ from errors import UserError, exit_on_user_error  # noqa: E402
 from hf_export import VARIANT_FIELDS  # noqa: E402
 from hf_weights import from_hf  # noqa: E402
 from model import (BertForCausalLM, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification,  # noqa: E402
-                   ModelConfig)
-from model_size import check_fits_memory  # noqa: E402
+                   ModelConfig, check_fits_memory)
 from vocab import Vocab, load_tokenizer_json, load_vocab, read_json_object  # noqa: E402
 
 # What each model type must have to be ours: transformers' BERT, ELECTRA's discriminator (the same

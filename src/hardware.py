@@ -1,5 +1,6 @@
 """The machine a run uses: device and autocast dtype, the matmul peak MFU is measured against,
 and batches moved to the device (pinned memory, the next batch prefetched)."""
+import os
 import time
 
 import torch
@@ -13,6 +14,11 @@ def select_device(name: str) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise UserError(f"device = {name}: CUDA is not available on this machine (use device = cpu or auto)")
     return torch.device(name)
+
+
+def machine_memory() -> int:
+    """Bytes of physical memory."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def cpu_supports_bf16() -> bool:

@@ -13,8 +13,7 @@ import checkpoint as checkpoints
 from atomic import atomic_write, remove_stale_temps
 from config import INI_KEYS, Config, ini_text
 from errors import UserError
-from model import ModelConfig, count_parameters, model_config
-from model_size import check_fits_memory
+from model import ModelConfig, check_fits_memory, count_parameters, model_config
 from optimizer import make_optimizer
 from run_log import RunLog, create_run_dir
 from task import Task
