@@ -75,18 +75,6 @@ def make_batch(shard: Shard, rows: np.ndarray, seq_len: int, pad_id: int, sep_id
     return batch
 
 
-def cut_rows(batch: dict, length: int) -> dict:
-    """A device batch of plain MLM rows cut into rows of `length` tokens (seq-len-curriculum). A
-    piece of a row's padding keeps its first slot visible: attention needs one key a row, and the
-    slot, a special token, is never picked for prediction."""
-    ids = batch["input_ids"].reshape(-1, length)
-    mask = batch["attention_mask"]
-    if mask is not None:
-        mask = mask.reshape(-1, length).clone()
-        mask[:, 0] = True
-    return {**batch, "input_ids": ids, "attention_mask": mask}
-
-
 def unmasked_ids(batch: dict) -> np.ndarray:
     """The batch's ids with stored masks undone: a random replacement may itself be a [SEP]."""
     if "labels" not in batch:

@@ -25,7 +25,6 @@ from config import Config
 from run_plan import parse_target
 from errors import UserError
 from model import flops_per_token
-from lm_data import cut_rows
 from optimizer import learning_rate, micro_batches, sequence_length
 from run_start import Run, RunStarter
 from stop_request import StopRequest
@@ -299,6 +298,18 @@ def finished_marker(run_dir: Path) -> Path:
     SIGTERM: it saves and exits 0 all the same) or fails: how a caller such as scripts/glue.py
     tells a complete run from one to resume."""
     return run_dir / "finished"
+
+
+def cut_rows(batch: dict, length: int) -> dict:
+    """A device batch of plain MLM rows cut into rows of `length` tokens (seq-len-curriculum). A
+    piece of a row's padding keeps its first slot visible: attention needs one key a row, and the
+    slot, a special token, is never picked for prediction."""
+    ids = batch["input_ids"].reshape(-1, length)
+    mask = batch["attention_mask"]
+    if mask is not None:
+        mask = mask.reshape(-1, length).clone()
+        mask[:, 0] = True
+    return {**batch, "input_ids": ids, "attention_mask": mask}
 
 
 def shown(value) -> str:

@@ -15,9 +15,9 @@ import torch
 
 import main
 from conftest import MLM_SEQ_LEN
-from lm_data import cut_rows
 from mlm_task import MaskedLMTask
 from vocab import load_vocab
+from trainer import cut_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT_KEYS = {"model", "optimizer", "config", "step", "data_position", "rng_per_rank", "best"}
