@@ -7,27 +7,37 @@ Examples:
     python scripts/glue.py --cp CKPT --glue-dir glue --ddp --nproc 4 --learning-rate 1e-4
 
 Each task's recipe comes from --recipe (etc/templates/glue.ini: an [all] section and one per task);
-any other --KEY VALUE is a config key that overrides it for every task. Runs go to OUTDIR/runs/
-TASK-seedN; a task and seed already scored are not run again, so the same command after a stop
-(Ctrl-C, a crash, a lost machine) goes on where it was. With --from-mnli, RTE, MRPC and STS-B start
-from the best MNLI run of the same seed (as MosaicBERT and ModernBERT do), so MNLI runs first.
+any other --KEY VALUE is a config key that overrides it for every task. Every task's settings are
+checked before the first run trains. Runs go to OUTDIR/runs/TASK-seedN; a task and seed already
+scored are not run again, so the same command after a stop (Ctrl-C, SIGTERM, a stop file, a crash,
+a lost machine) goes on where it was; a run that was stopped is resumed, never scored. OUTDIR keeps
+what made its scores (made_by.json: the checkpoint's checksum, --glue-dir, every setting), and a
+command that differs is refused rather than mixed in; one glue.py at a time works in OUTDIR. With
+--from-mnli, RTE, MRPC and STS-B start from the best MNLI run of the same seed (as MosaicBERT and
+ModernBERT do), so MNLI runs first.
 """
 import argparse
 import configparser
+import fcntl
+import hashlib
 import json
+import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import time
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 import checkpoint as checkpoints  # noqa: E402
+import distributed  # noqa: E402
 import glue_data  # noqa: E402
 import glue_metrics  # noqa: E402
 import glue_tasks  # noqa: E402
@@ -36,14 +46,22 @@ from atomic import atomic_write  # noqa: E402
 from classification_task import ClassificationTask, Part  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from hardware import select_device  # noqa: E402
-from config import known_name, typed_value  # noqa: E402
+from config import INI_KEYS, Config, ini_text, known_name, typed_value  # noqa: E402
 from ini import load_config, parse_overrides  # noqa: E402
-from trainer import Trainer  # noqa: E402
+from legacy import IGNORED_KEYS  # noqa: E402
+from run_log import lock_run_dir  # noqa: E402
+from trainer import Trainer, finished_marker  # noqa: E402
 from vocab import load_vocab  # noqa: E402
 
 TASK_ORDER = ("mnli", "cola", "sst2", "mrpc", "qqp", "stsb", "qnli", "rte", "wnli")  # MNLI first: --from-mnli
 FROM_MNLI = ("rte", "mrpc", "stsb")
 RECIPE = ROOT / "etc" / "templates" / "glue.ini"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # passed on to the run training: it saves and exits
+STOPPED_EXIT_CODE = 130  # Ctrl-C's: stopped, the same command goes on
+
+
+class Stopped(Exception):
+    """A run was stopped before its end (Ctrl-C, SIGTERM, a stop file): it is resumed, not scored."""
 
 
 def parse_args(argv):
@@ -77,8 +95,8 @@ def ordered_tasks(names: list[str]) -> list[str]:
     return [name for name in TASK_ORDER if name in tasks]
 
 
-def read_recipe(path: Path) -> dict[str, dict[str, str]]:
-    """Section -> {key: value}; [all] applies to every task, a task's section overrides it."""
+def read_recipe(path: Path) -> dict[str, dict[str, Any]]:
+    """Section -> {field: typed value}; [all] applies to every task, a task's section overrides it."""
     parser = configparser.ConfigParser(inline_comment_prefixes=("#",), interpolation=None)
     try:
         if not parser.read(path, encoding="utf-8"):
@@ -89,12 +107,39 @@ def read_recipe(path: Path) -> dict[str, dict[str, str]]:
     if unknown:
         raise UserError(f"{path}: section [{unknown[0]}] is not a GLUE task; sections: [all], "
                         f"{', '.join(f'[{name}]' for name in TASK_ORDER)}")
-    recipe = {name: dict(parser[name]) for name in parser.sections()}
-    for section, settings in recipe.items():
-        for key, value in settings.items():
-            where = f"{path}: [{section}]"
-            typed_value(known_name(key, where), value, where)
+    recipe = {}
+    for section in parser.sections():
+        where = f"{path}: [{section}]"
+        names = {known_name(key, where): value for key, value in parser[section].items()}
+        recipe[section] = {name: typed_value(name, value, where) for name, value in names.items()
+                           if name not in IGNORED_KEYS}
     return recipe
+
+
+class Recipe:
+    """Each task's settings: --recipe's [all], then its [TASK], then the command line's --KEY VALUE,
+    each remembered with where it was set, so that a bad one is named where the user wrote it."""
+
+    def __init__(self, path: Path, overrides: list[str]):
+        self.path = path
+        self.sections = read_recipe(path)
+        self.overrides, self.override_origins = parse_overrides(overrides)
+
+    def from_file(self, task: str) -> dict[str, Any]:
+        return self.sections.get("all", {}) | self.sections.get(task, {})
+
+    def settings(self, task: str) -> dict[str, Any]:
+        return self.from_file(task) | self.overrides
+
+    def as_text(self, task: str) -> dict[str, str]:
+        """The task's settings as INI text, by key, sorted: what OUTDIR/made_by.json records."""
+        return {INI_KEYS[name]: ini_text(value) for name, value in sorted(self.settings(task).items())}
+
+    def check(self, task: str, where: dict[str, Any]):
+        """The config the task's runs will read, checked now, before any run trains."""
+        origins = ({name: f"{self.path}: [all]" for name in self.sections.get("all", {})}
+                   | {name: f"{self.path}: [{task}]" for name in self.sections.get(task, {})} | self.override_origins)
+        Config(**(where | self.settings(task)), sources=(f"{self.path}: [{task}]",), origins=origins)
 
 
 def available_tasks(glue_dir: Path, tasks: list[str], skip_missing: bool) -> list[str]:
@@ -123,8 +168,18 @@ class Runner:
     def __init__(self, args, overrides: list[str]):
         self.args, self.overrides = args, overrides
         self.out = args.output
-        self.recipe = read_recipe(args.recipe)
+        self.recipe = Recipe(args.recipe, overrides)
         self.durations: list[float] = []
+
+    def check_settings(self, tasks: list[str]):
+        """Every task's config, as its runs will read it: a bad value stops here, before the first
+        run trains, named in the recipe file or the option that set it."""
+        for task in tasks:
+            self.recipe.check(task, self.given_by_runner(task))
+
+    def given_by_runner(self, task: str) -> dict[str, Any]:
+        """The keys a run gets from the runner: its task, its data, OUTDIR for its run directory."""
+        return {"task_type": task, "base_dir": str(self.out.resolve()), "glue_dir": str(self.args.glue_dir.resolve())}
 
     def prepare(self, tasks: list[str]):
         """Each task's config file, and OUTDIR/vocab from the checkpoint, so every run reads the
@@ -162,9 +217,8 @@ class Runner:
 
     def write_config_file(self, task: str):
         """OUTDIR/recipes/TASK.ini: the recipe's [all] and [TASK] with the task, the data and the output."""
-        where = {"task-type": task, "base-dir": str(self.out.resolve()), "glue-dir": str(self.args.glue_dir.resolve())}
-        settings = where | self.recipe.get("all", {}) | self.recipe.get(task, {})
-        text = "".join(f"{key} = {value}\n" for key, value in settings.items())
+        settings = self.given_by_runner(task) | self.recipe.from_file(task)
+        text = "".join(f"{INI_KEYS[name]} = {ini_text(value)}\n" for name, value in settings.items())
         path = self.config_file(task)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, lambda temp: temp.write_text(text, encoding="utf-8"))
@@ -174,18 +228,26 @@ class Runner:
         return ["--seed", str(seed), *self.overrides]
 
     def train(self, task: str, seed: int):
+        """Train the run to its end: resumed where it stopped, started again where it stopped
+        before its first checkpoint; nothing to do where it finished (stopped while scoring)."""
         run_dir = self.run_dir(task, seed)
+        if finished_marker(run_dir).is_file():
+            return
         latest = run_dir / "checkpoints" / "checkpoint.pt"
         if run_dir.exists() and not latest.is_file():
-            shutil.rmtree(run_dir)  # stopped before its first checkpoint: start it again
+            with lock_run_dir(run_dir):  # refused while a process still trains in it
+                shutil.rmtree(run_dir)
         command = [sys.executable, str(ROOT / "src" / "main.py"), *self.process_options(),
                    "--config", str(self.config_file(task)), *self.overrides_for(seed), "--run-id", run_dir.name]
         command += ["--cp", str(latest)] if latest.is_file() else ["--cp", str(self.start_checkpoint(task, seed)),
                                                                     "--switch-training"]
-        result = subprocess.run(command)
-        if result.returncode != 0:
-            raise UserError(f"{task} seed {seed}: the run stopped (exit code {result.returncode}); its log is in "
+        code = run_training(command)
+        if code != 0:
+            raise UserError(f"{task} seed {seed}: the run stopped (exit code {code}); its log is in "
                             f"{run_dir / 'logs'}; run the same command again to go on")
+        if not finished_marker(run_dir).is_file():  # a stop file, or a signal sent to the run alone
+            raise Stopped(f"{task} seed {seed} was stopped before its end; its checkpoint is in "
+                          f"{run_dir / 'checkpoints'}")
 
     def start_checkpoint(self, task: str, seed: int) -> Path:
         if self.args.from_mnli and task in FROM_MNLI and "mnli" in self.args.tasks:
@@ -232,6 +294,30 @@ class Runner:
                 for seed in range(1, self.args.seeds + 1)]
 
 
+def run_training(command: list[str]) -> int:
+    """Run a training process that dies with this one however this one ends (kill -9 too: the
+    kernel's parent-death signal, as --ddp's ranks die with their launcher) and that SIGINT or
+    SIGTERM to this one stops cleanly: passed on, the run saves and exits, then Stopped is raised."""
+    parent, received, child = os.getpid(), [], None
+
+    def pass_on(signum, frame):
+        received.append(signal.Signals(signum).name)
+        if child is not None:
+            child.send_signal(signum)
+    previous = {signum: signal.signal(signum, pass_on) for signum in STOP_SIGNALS}
+    try:
+        child = subprocess.Popen(command, preexec_fn=lambda: distributed.die_with_launcher(parent))
+        if received:  # asked to stop while the child was starting
+            child.send_signal(signal.SIGTERM)
+        code = child.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if received:
+        raise Stopped(f"by {received[0]}")
+    return code
+
+
 def has_split(glue_dir: Path, task: str, split: str) -> bool:
     try:
         glue_data.find_split_files(glue_dir, glue_tasks.TASKS[task], split)
@@ -247,6 +333,73 @@ def ax_submission(trainer: Trainer, model, glue_dir: Path) -> dict[str, list[str
     encoded = pair_encoding.encode_examples(task.vocab, examples.first, examples.second, task.config.seq_len)
     predictions = task.predict(model, Part("test", examples, encoded), trainer.autocast)
     return {"AX.tsv": glue_tasks.submission_lines(glue_tasks.TASKS["ax"], predictions, examples.index)}
+
+
+# ----------------------------------------------------------------------------- the output directory
+
+def locked_output(out: Path):
+    """OUTDIR, made where needed, with an OS lock held until this process ends, however it ends: a
+    second glue.py on the same OUTDIR is refused instead of deleting the runs the first one trains."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out}: not a directory (-o names the directory for the runs and the table)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        handle = (out / ".lock").open("a")
+    except OSError as error:
+        raise UserError(f"{out}: cannot write there ({error.strerror or error})") from None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise UserError(f"{out}: another glue.py is working in it (it holds {out / '.lock'}); "
+                        f"wait for it to end, or stop it") from None
+    return handle
+
+
+def made_by(args, recipe: Recipe) -> dict:
+    """What OUTDIR's scores come from: the checkpoint's bytes, the data, every setting of every task's runs."""
+    with args.cp.open("rb") as file:
+        checksum = hashlib.file_digest(file, "sha256").hexdigest()
+    return {"checkpoint": str(args.cp.resolve()), "checkpoint sha256": checksum,
+            "glue-dir": str(args.glue_dir.resolve()), "from-mnli": args.from_mnli,
+            "processes": f"--ddp --nproc {args.nproc or 'one per GPU'}" if args.ddp else "1",
+            "settings": {task: recipe.as_text(task) for task in TASK_ORDER}}
+
+
+def check_made_by(out: Path, current: dict):
+    """OUTDIR's runs and scores come from one checkpoint, one data set and one recipe
+    (OUTDIR/made_by.json): where it holds any, a command that differs is refused, naming the
+    difference, rather than mixing its scores in; where it holds none, this command is recorded."""
+    record = out / "made_by.json"
+    if any(out.glob("runs/*")) or any(out.glob("scores/*")):
+        if not record.is_file():
+            raise UserError(f"{out}: holds runs but no {record.name} saying what made them (an older glue.py "
+                            f"wrote them); choose another -o, or remove {out}")
+        try:
+            recorded = json.loads(record.read_text(encoding="utf-8"))
+        except ValueError as error:
+            raise UserError(f"{record}: not a record of what made the runs ({error})") from None
+        difference = first_difference(recorded if isinstance(recorded, dict) else {}, current)
+        if difference:
+            raise UserError(f"{out}: holds runs made with {difference}; choose another -o, "
+                            f"or remove {out} to start again")
+    atomic_write(record, lambda temp: temp.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8"))
+
+
+def first_difference(recorded: dict, current: dict) -> str | None:
+    """What OUTDIR's record holds that this command does not, in words; None when they agree."""
+    if recorded.get("checkpoint sha256") != current["checkpoint sha256"]:
+        return (f"the checkpoint {recorded.get('checkpoint')} (sha256 {str(recorded.get('checkpoint sha256'))[:12]}), "
+                f"not {current['checkpoint']} (sha256 {current['checkpoint sha256'][:12]})")
+    for name in ("glue-dir", "from-mnli", "processes"):
+        if recorded.get(name) != current[name]:
+            return f"{name} {recorded.get(name)}, not {current[name]}"
+    for task, settings in current["settings"].items():
+        old = recorded.get("settings", {}).get(task, {})
+        for key in sorted(old.keys() | settings.keys()):
+            if old.get(key) != settings.get(key):
+                return f"{key} = {old.get(key, '(not set)')} for {task}, not {settings.get(key, '(not set)')}"
+    return None
 
 
 # ----------------------------------------------------------------------------- the table
@@ -330,17 +483,21 @@ def main(argv=None):
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     if not args.cp.is_file():
         raise UserError(f"{args.cp}: checkpoint not found")
-    parse_overrides(overrides)  # a bad key or value stops here, before anything is written
+    runner = Runner(args, overrides)  # a bad key or value stops here, before anything is written
     tasks = available_tasks(args.glue_dir, args.tasks, args.skip_missing)
-    runner = Runner(args, overrides)
-    runner.prepare(tasks)
-    try:
-        runner.run_all(tasks)
-    except KeyboardInterrupt:
-        print("\nstopped: run the same command again to go on where it stopped", file=sys.stderr)
-        sys.exit(130)
-    write_outputs(runner.results(tasks), args)
+    runner.check_settings(tasks)
+    with locked_output(args.output):
+        check_made_by(args.output, made_by(args, runner.recipe))
+        runner.prepare(tasks)
+        try:
+            runner.run_all(tasks)
+        except (KeyboardInterrupt, Stopped) as stop:
+            print(f"\nstopped: {f'{stop}; ' if str(stop) else ''}run the same command again to go on where it stopped",
+                  file=sys.stderr)
+            sys.exit(STOPPED_EXIT_CODE)
+        write_outputs(runner.results(tasks), args)
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # between runs, SIGTERM stops as Ctrl-C does
     main()

@@ -1,7 +1,14 @@
 """scripts/glue.py: the GLUE table from a checkpoint, on small SST-2 and MRPC sets made from real sentences."""
+import errno
 import importlib.util
 import json
+import os
+import re
+import shutil
+import signal
 import subprocess
+import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -9,8 +16,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import checkpoint as checkpoints
 import make_demo
 from conftest import TEST_DEVICE
+from errors import UserError
+from run_log import lock_run_dir
+from trainer import finished_marker
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = f"""\
@@ -114,15 +125,204 @@ def test_a_second_call_runs_nothing_again_and_a_lost_run_is_redone(finished, mon
     out, arguments = finished
     runner = load_runner()
     calls = []
-    monkeypatch.setattr(runner.subprocess, "run", lambda command: calls.append(command) or subprocess.CompletedProcess(
-        command, 0))
+
+    def training_to_the_end(command):
+        calls.append(command)
+        finished_marker(out / "runs" / command[command.index("--run-id") + 1]).touch()
+        return 0
+    monkeypatch.setattr(runner, "run_training", training_to_the_end)
     before = (out / "results.md").read_text()
     runner.main(arguments)
     assert calls == [] and (out / "results.md").read_text() == before
-    (out / "scores" / "sst2-seed2.json").unlink()  # as if stopped while scoring
+    score = out / "scores" / "sst2-seed2.json"
+    score.unlink()  # as if stopped while scoring
+    runner.main(arguments)
+    assert calls == [] and score.is_file()  # its run had finished: scored again, not trained again
+    score.unlink()
+    finished_marker(out / "runs" / "sst2-seed2").unlink()  # as if stopped while training
     runner.main(arguments)
     assert len(calls) == 1 and "--run-id" in calls[0] and "sst2-seed2" in calls[0]
     assert calls[0][calls[0].index("--cp") + 1].endswith("checkpoint.pt")  # resumes its own run
+
+
+def test_a_stopped_run_is_not_scored_and_the_same_command_resumes_it(checkpoint, glue_dir, tmp_path, monkeypatch,
+                                                                      capsys):
+    """A stop file (or SIGTERM to the run) saves and exits 0 by design: the runner must not take that
+    for the end of the run."""
+    recipe = tmp_path / "recipe.ini"
+    recipe.write_text(RECIPE, encoding="utf-8")
+    out = tmp_path / "out"
+    arguments = ["--cp", str(checkpoint), "--glue-dir", str(glue_dir), "--tasks", "sst2", "--seeds", "1",
+                 "--recipe", str(recipe), "-o", str(out)]
+    monkeypatch.chdir(tmp_path)
+    Path("stop").touch()  # the run reads it after its first step, as if written while it trained
+    with pytest.raises(SystemExit) as exit_info:
+        load_runner().main(arguments)
+    assert exit_info.value.code == 130
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("stopped: sst2 seed 1 was stopped before its end") and "\n" not in error
+    run_dir = out / "runs" / "sst2-seed1"
+    assert not (out / "scores").exists() and not finished_marker(run_dir).exists()
+    assert checkpoints.load(run_dir / "checkpoints" / "checkpoint.pt")["step"] == 1
+    load_runner().main(arguments)
+    score = json.loads((out / "scores" / "sst2-seed1.json").read_text())
+    assert score["step"] == 10  # one epoch of 160 sentences at batch 16: the whole run
+    assert "resuming" in (run_dir / "logs" / "log.txt").read_text(encoding="utf-8")
+
+
+def start_long_runner(checkpoint, glue_dir, work: Path) -> tuple[subprocess.Popen, Path]:
+    """scripts/glue.py in its own process, once its run trains: the process and the run directory."""
+    recipe = work / "recipe.ini"
+    recipe.write_text(RECIPE, encoding="utf-8")
+    run_dir = work / "out" / "runs" / "sst2-seed1"
+    process = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "glue.py"), "--cp", str(checkpoint),
+                                "--glue-dir", str(glue_dir), "--tasks", "sst2", "--seeds", "1", "--recipe", str(recipe),
+                                "-o", str(work / "out"), "--epochs", "1000", "--log-interval", "1"],
+                               cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = run_dir / "logs" / "log.txt"
+    deadline = time.monotonic() + 120
+    while not (log.is_file() and re.search(r"^step \d+ \| loss", log.read_text(encoding="utf-8"), re.M)):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"the run did not start training: {process.communicate()}")
+        time.sleep(0.1)
+    return process, run_dir
+
+
+def wait_until_free(run_dir: Path, timeout: float) -> bool:
+    """Whether the run directory's lock can be taken within timeout: no process trains in it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            lock_run_dir(run_dir).close()
+            return True
+        except UserError:
+            time.sleep(0.1)
+    return False
+
+
+def kill_processes_running(text: str):
+    """The processes whose command line holds text (a run left behind), by their ids."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and text in (entry / "cmdline").read_text(errors="replace"):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            pass
+
+
+def test_sigterm_to_the_runner_stops_its_run_cleanly(checkpoint, glue_dir, tmp_path):
+    process, run_dir = start_long_runner(checkpoint, glue_dir, tmp_path)
+    try:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == 130, stderr
+        assert "Traceback" not in stderr and "stopped: by SIGTERM; run the same command again" in stderr
+        assert re.search(r"stopped by SIGTERM at step \d+", (run_dir / "logs" / "log.txt").read_text(encoding="utf-8"))
+        assert (run_dir / "checkpoints" / "checkpoint.pt").is_file() and not finished_marker(run_dir).exists()
+        assert wait_until_free(run_dir, timeout=1)
+    finally:
+        process.kill()
+        kill_processes_running(str(run_dir.parent))
+
+
+def test_kill_9_of_the_runner_ends_its_run_too(checkpoint, glue_dir, tmp_path):
+    """A run nobody controls would hold its directory, and the same command would be refused."""
+    process, run_dir = start_long_runner(checkpoint, glue_dir, tmp_path)
+    try:
+        process.kill()
+        process.communicate(timeout=10)
+        assert wait_until_free(run_dir, timeout=10)
+    finally:
+        kill_processes_running(str(run_dir.parent))
+
+
+def test_a_second_runner_on_the_same_output_is_refused(finished, capsys):
+    out, arguments = finished
+    runner = load_runner()
+    with runner.locked_output(out):  # as a first runner holds it while it trains
+        with pytest.raises(SystemExit) as exit_info:
+            runner.main(arguments)
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert error == f"error: {out}: another glue.py is working in it (it holds {out / '.lock'}); " \
+                    f"wait for it to end, or stop it"
+
+
+@pytest.mark.parametrize("change, message", [
+    ("--learning-rate 2e-3", "holds runs made with learning-rate = 0.001 for mnli, not 0.002"),
+    ("recipe: [mrpc] epochs = 3", "holds runs made with epochs = 2.0 for mrpc, not 3.0"),
+    ("--glue-dir", "holds runs made with glue-dir "),
+    ("--cp", "holds runs made with the checkpoint "),
+])
+def test_a_rerun_that_would_mix_scores_is_refused_naming_what_differs(finished, tmp_path, capsys, change, message):
+    out, arguments = finished
+    arguments = list(arguments)
+    if change.startswith("--learning-rate"):
+        arguments += change.split()
+    elif change.startswith("recipe"):
+        recipe = tmp_path / "recipe.ini"
+        recipe.write_text(RECIPE.replace("epochs = 2", "epochs = 3"), encoding="utf-8")
+        arguments[arguments.index("--recipe") + 1] = str(recipe)
+    elif change == "--glue-dir":
+        shutil.copytree(arguments[arguments.index("--glue-dir") + 1], tmp_path / "glue")
+        arguments[arguments.index("--glue-dir") + 1] = str(tmp_path / "glue")
+    else:
+        other = tmp_path / "best.pt"
+        other.write_bytes(Path(arguments[arguments.index("--cp") + 1]).read_bytes() + b"\0")
+        arguments[arguments.index("--cp") + 1] = str(other)
+    before = (out / "results.md").read_text()
+    with pytest.raises(SystemExit) as exit_info:
+        load_runner().main(arguments)
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"error: {out}: ") and message in error and "\n" not in error
+    assert error.endswith(f"choose another -o, or remove {out} to start again")
+    assert (out / "results.md").read_text() == before
+
+
+def test_an_output_without_runs_yet_takes_the_new_settings(tmp_path):
+    """A first command that failed before any run (a recipe that does not fit the machine) is
+    corrected and run again: nothing to mix, so nothing to refuse."""
+    check_made_by = load_runner().check_made_by
+    made_by = {"checkpoint": "best.pt", "checkpoint sha256": "ab12", "glue-dir": "glue", "from-mnli": False,
+               "processes": "1", "settings": {"sst2": {"batch-size": "32"}}}
+    check_made_by(tmp_path, made_by)
+    smaller = made_by | {"settings": {"sst2": {"batch-size": "16"}}}
+    check_made_by(tmp_path, smaller)
+    assert json.loads((tmp_path / "made_by.json").read_text()) == smaller
+    (tmp_path / "runs" / "sst2-seed1").mkdir(parents=True)
+    with pytest.raises(UserError, match="holds runs made with batch-size = 16 for sst2, not 32"):
+        check_made_by(tmp_path, made_by)
+
+
+def read_only(monkeypatch):
+    def refuse(self, *args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+    monkeypatch.setattr(Path, "mkdir", refuse)
+
+
+@pytest.mark.parametrize("output, message", [
+    ("a_file", "a_file: not a directory (-o names the directory for the runs and the table)"),
+    ("a_file/out", "a_file/out: cannot write there (Not a directory)"),
+    ("read_only/out", "read_only/out: cannot write there (Read-only file system)"),
+    ("older", "older: holds runs but no made_by.json saying what made them"),
+])
+def test_an_output_the_runner_cannot_use_is_one_line(checkpoint, glue_dir, tmp_path, monkeypatch, capsys, output,
+                                                    message):
+    (tmp_path / "a_file").write_text("not a directory\n", encoding="utf-8")
+    (tmp_path / "older" / "scores").mkdir(parents=True)  # from a glue.py that kept no record
+    (tmp_path / "older" / "scores" / "sst2-seed1.json").write_text("{}\n", encoding="utf-8")
+    if output.startswith("read_only"):
+        read_only(monkeypatch)
+    recipe = tmp_path / "recipe.ini"
+    recipe.write_text(RECIPE, encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_info:
+        load_runner().main(["--cp", str(checkpoint), "--glue-dir", str(glue_dir), "--tasks", "sst2",
+                            "--recipe", str(recipe), "-o", str(tmp_path / output)])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("error: ") and message in error and "\n" not in error
 
 
 @pytest.mark.parametrize("options, message", [
@@ -131,11 +331,17 @@ def test_a_second_call_runs_nothing_again_and_a_lost_run_is_redone(finished, mon
     (["--tasks", "sst2", "--seeds", "0"], "--seeds 0: expected at least 1"),
     (["--tasks", "sst2", "--lerning-rate", "1e-3"], "--lerning-rate: unknown option (did you mean --learning-rate?)"),
     (["--tasks", "sst2", "--recipe", "{bad_recipe}"], "[all]: unknown key 'epoch' (did you mean 'epochs'?)"),
+    (["--tasks", "sst2", "mrpc", "--recipe", "{bad_task_recipe}"],  # found before sst2 trains, in the user's file
+     "bad_task.ini: [mrpc]: learning-rate = -0.001: expected a number > 0"),
+    (["--tasks", "sst2", "mrpc", "--recipe", "{bad_task_recipe}", "--learning-rate", "1e-3"],
+     "bad_task.ini: [mrpc]: min-learning-rate = 0.01 is above learning-rate = 0.001"),
 ])
 def test_bad_input_is_one_line(checkpoint, glue_dir, tmp_path, capsys, options, message):
     bad_recipe = tmp_path / "bad.ini"
     bad_recipe.write_text("[all]\nepoch = 3\n", encoding="utf-8")
-    options = [option.format(bad_recipe=bad_recipe) for option in options]
+    bad_task_recipe = tmp_path / "bad_task.ini"
+    bad_task_recipe.write_text(RECIPE + "learning-rate = -1e-3\nmin-learning-rate = 0.01\n", encoding="utf-8")
+    options = [option.format(bad_recipe=bad_recipe, bad_task_recipe=bad_task_recipe) for option in options]
     with pytest.raises(SystemExit) as exit_info:
         load_runner().main(["--cp", str(checkpoint), "--glue-dir", str(glue_dir), "-o", str(tmp_path / "out"),
                             *options])
