@@ -121,7 +121,8 @@ def main(argv=None):
             raise UserError(f"--nproc {nproc}: expected at least 1")
         if gpus and nproc > gpus:
             raise UserError(f"--nproc {nproc}: this machine has {gpus} GPU(s), one per process")
-        sys.exit(distributed.launch(argv, nproc, config.dist_master_addr, config.dist_master_port))
+        import launcher  # the launcher's room, read by --ddp alone
+        sys.exit(launcher.launch(argv, nproc, config.dist_master_addr, config.dist_master_port))
     else:
         run(config, args.cp, args.test, **options)
 
