@@ -51,7 +51,7 @@ from ini import load_config, parse_overrides  # noqa: E402
 from legacy import IGNORED_KEYS  # noqa: E402
 from run_log import lock_run_dir  # noqa: E402
 from trainer import Trainer, finished_marker  # noqa: E402
-from vocab import load_vocab  # noqa: E402
+from vocab import load_vocab, write_vocab_directory  # noqa: E402
 
 TASK_ORDER = ("mnli", "cola", "sst2", "mrpc", "qqp", "stsb", "qnli", "rte", "wnli")  # MNLI first: --from-mnli
 FROM_MNLI = ("rte", "mrpc", "stsb")
@@ -183,15 +183,10 @@ class Runner:
 
     def prepare(self, tasks: list[str]):
         """Each task's config file, and OUTDIR/vocab from the checkpoint, so every run reads the
-        vocabulary it was trained with."""
+        vocabulary it was trained with, and cases text as it did."""
         for task in tasks:
             self.write_config_file(task)
-        saved = checkpoints.load(self.args.cp, mmap=True)
-        vocab_file = self.out / "vocab" / "vocab.txt"
-        vocab_file.parent.mkdir(parents=True, exist_ok=True)
-        text = "\n".join(saved["vocab"]) + "\n"
-        if not vocab_file.is_file() or vocab_file.read_text(encoding="utf-8") != text:
-            atomic_write(vocab_file, lambda temp: temp.write_text(text, encoding="utf-8"))
+        write_vocab_directory(self.out / "vocab", checkpoints.vocab_of(checkpoints.load(self.args.cp, mmap=True)))
 
     def run_dir(self, task: str, seed: int) -> Path:
         return self.out / "runs" / f"{task}-seed{seed}"

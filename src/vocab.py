@@ -172,6 +172,15 @@ def write_tokenizer_config(directory: Path, lowercase: bool):
     atomic_write(directory / "tokenizer_config.json", lambda temp: temp.write_text(text, encoding="utf-8"))
 
 
+def write_vocab_directory(directory: Path, vocab: Vocab):
+    """vocab.txt and tokenizer_config.json: a directory load_vocab reads this vocabulary back from,
+    its casing included (a checkpoint's, for the runs that fine-tune it)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    text = "\n".join(vocab.tokens) + "\n"
+    atomic_write(directory / "vocab.txt", lambda temp: temp.write_text(text, encoding="utf-8"))
+    write_tokenizer_config(directory, vocab.lowercase)
+
+
 def read_small_text(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
     """A UTF-8 text file of at most `limit` bytes, its line ends as written; anything else is one
     line saying why `what` cannot be read."""

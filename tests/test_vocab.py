@@ -11,7 +11,7 @@ from transformers import AutoTokenizer, BertTokenizer
 
 import train_vocab
 from errors import UserError
-from vocab import SPECIAL_TOKENS, load_tokenizer_json, load_vocab
+from vocab import SPECIAL_TOKENS, Vocab, load_tokenizer_json, load_vocab, write_vocab_directory
 
 
 def published_uncased_model() -> Path:
@@ -167,3 +167,13 @@ def test_a_vocab_txt_that_is_a_device_is_refused_without_reading_it(tmp_path):
     (tmp_path / "vocab.txt").symlink_to("/dev/zero")
     with pytest.raises(UserError, match=r"vocab.txt: cannot read vocabulary \(not a regular file\)"):
         load_vocab(tmp_path)
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_a_vocabulary_written_out_reads_back_with_its_casing(tmp_path, lowercase):
+    """What glue.py writes for its runs from a checkpoint: the casing survives though the tokens
+    alone (all lower case) would say uncased."""
+    vocab = Vocab(("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world"), lowercase=lowercase)
+    write_vocab_directory(tmp_path / "vocab", vocab)
+    again = load_vocab(tmp_path / "vocab")
+    assert again.tokens == vocab.tokens and again.lowercase is lowercase
