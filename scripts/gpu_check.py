@@ -64,6 +64,7 @@ TOTAL_SECONDS = 480  # the issue's limit on one H100; each step's budget is also
 # near 7 is 0.14 nats, above the wobble of a 10-step mean and far below what a real fault opens
 # (a wrong mask, a broken fused kernel, an overflow: tens of percent, or nan).
 FINAL_STEPS, RELATIVE_TOLERANCE = 10, 0.02
+CELL_SECONDS = 45  # a throughput row on a GPU: the batch search, compiling BERT-base (the most of it), timing
 # Exported logits against ours, both in float32: bf16's tolerance (torch.testing's rtol for bf16)
 # leaves room for another kernel order, and catches a wrong weight or layout, which moves logits by O(1).
 LOGITS_RTOL, LOGITS_ATOL = 1.6e-2, 1e-2
@@ -246,12 +247,15 @@ def throughput(check: Check, numbers: dict):
             row = {"model": f"{shape.layers} x {shape.width}", "seq_len": shape.seq_len, "side": side.name,
                    "compiled": compiled}
             numbers["rows"].append(row)
-            if check.seconds_left() < 45 and check.device.type == "cuda":
+            if check.seconds_left() < CELL_SECONDS and check.device.type == "cuda":
                 row["status"] = "skipped: the step's time budget is spent"
                 continue
             row.update(measured_row(side, shape, check, dtype, compiled, peak))
             check.save()
             free_memory(check.device)
+    failed = [row for row in numbers["rows"] if row["status"].startswith("failed")]
+    if failed:
+        raise CheckFailed(f"{len(failed)} of {len(numbers['rows'])} rows failed, the first: {failed[0]['status']}")
 
 
 def measured_row(side, shape: Shape, check: Check, dtype, compiled: bool, peak: float) -> dict:
