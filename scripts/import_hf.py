@@ -26,9 +26,10 @@ import checkpoint as checkpoints  # noqa: E402
 from config import CLASSIFICATION_TASKS, Config  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from hf_export import VARIANT_FIELDS  # noqa: E402
+from hardware import check_fits_memory  # noqa: E402
 from hf_weights import from_hf  # noqa: E402
 from model import (BertForCausalLM, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification,  # noqa: E402
-                   ModelConfig, check_fits_memory)
+                   ModelConfig, parameter_count)
 from vocab import Vocab, load_tokenizer_json, load_vocab, read_json_object  # noqa: E402
 
 # What each model type must have to be ours: transformers' BERT, ELECTRA's discriminator (the same
@@ -132,7 +133,8 @@ def check_size(path: Path, config: dict, architecture: ModelConfig, memory_limit
     """The weights, held twice while converting, must fit the machine: refused before reading them."""
     keys = [key for field, key in shape_keys(config).items() if field != "heads" and key in config]
     source = f"{path} ({', '.join(f'{key} {config[key]}' for key in keys)})"
-    check_fits_memory(architecture, copies=2, limit_gib=memory_limit, source=source, flag="--memory-limit-gib")
+    check_fits_memory(parameter_count(architecture), copies=2, limit_gib=memory_limit, source=source,
+                      flag="--memory-limit-gib")
 
 
 def task_of(config: dict, weights: dict) -> str:

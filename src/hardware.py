@@ -1,11 +1,15 @@
-"""The machine a run uses: device and autocast dtype, the matmul peak MFU is measured against,
-and batches moved to the device (pinned memory, the next batch prefetched)."""
+"""The machine a run uses: its memory (a model too large refused before it is built), device and
+autocast dtype, the matmul peak MFU is measured against, and batches moved to the device (pinned
+memory, the next batch prefetched)."""
 import os
 import time
 
 import torch
 
 from errors import UserError
+
+BYTES_PER_WEIGHT = 4  # float32: how models are built and checkpoints stored
+GIB = 2**30
 
 
 def select_device(name: str) -> torch.device:
@@ -19,6 +23,26 @@ def select_device(name: str) -> torch.device:
 def machine_memory() -> int:
     """Bytes of physical memory."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_fits_memory(weights: int, *, copies: int, limit_gib: float | None, source: str, flag: str):
+    """Refuse a model of `weights` float32 weights (model.parameter_count) that, `copies` times over
+    (import: 2; training: weights, gradients and Adam's two moments, 4), would take more than
+    limit_gib, or than the machine's memory when None: one line before anything is allocated, not a
+    process the kernel kills. source names what set the shape (a file and its keys); flag, how to
+    raise the limit."""
+    needed = copies * BYTES_PER_WEIGHT * weights
+    limit = machine_memory() if limit_gib is None else limit_gib * GIB
+    if needed > limit:
+        limit_text = (f"this machine's memory ({gib_text(limit)}; {flag} GIB sets another limit)"
+                      if limit_gib is None else f"{flag} {limit_gib:g} GiB")
+        raise UserError(f"{source}: the model would allocate {gib_text(needed)} ({copies} x {weights:,} float32 "
+                        f"weights), more than {limit_text}")
+
+
+def gib_text(size: float) -> str:
+    """Bytes in GiB, with the digits a small model needs too (0.0014 GiB, not 0.0)."""
+    return f"{size / GIB:,.1f} GiB" if size >= GIB else f"{size / GIB:.2g} GiB"
 
 
 def cpu_supports_bf16() -> bool:

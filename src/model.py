@@ -6,7 +6,7 @@ causal attention (for causal LM). Then the models: BertForMaskedLM, BertForPreTr
 a next-sentence or sentence-order head), BertForCausalLM, ElectraForPreTraining (replaced-token
 detection), BertForSequenceClassification.
 model_config() builds a ModelConfig from the run's Config in one step; flops_per_token and
-parameter_count measure a model from its shape (MFU; the memory check before anything is built).
+parameter_count measure a model from its shape (MFU; hardware.py's memory check).
 """
 import math
 from dataclasses import dataclass, replace
@@ -18,12 +18,9 @@ from torch import nn
 import cpu_kernels
 from config import FEED_FORWARDS, NORMS, POOLINGS, POSITIONS, Config, attention_shape_problem
 from errors import UserError
-from hardware import machine_memory
 from masking import IGNORE_INDEX
 
 INIT_STD = 0.02  # BERT's: the spread of every initial weight
-BYTES_PER_WEIGHT = 4  # float32: how models are built and checkpoints stored
-GIB = 2**30
 
 
 @dataclass(frozen=True)
@@ -477,11 +474,11 @@ def encoder_flops(config: ModelConfig, seq_len: int) -> float:
     return config.n_layer * (2 * (4 * d * d + feed_forward) + 4 * seq_len * d)
 
 
-# ----------------------------------------------------------------------------- size before building
+# ----------------------------------------------------------------------------- size from the shape
 
 def parameter_count(config: ModelConfig) -> int:
     """The weights of the encoder, a pre-training head and ELECTRA's generator: within a few per
-    cent of any model built from config (norms, small heads and biases are left out)."""
+    cent of any model built from the config (norms, small heads and biases are left out)."""
     width = config.d_model
     embeddings = (config.vocab_size + config.max_len + config.segments) * width
     up = (2 if config.feed_forward == "geglu" else 1) * config.d_ff
@@ -492,22 +489,3 @@ def parameter_count(config: ModelConfig) -> int:
         narrow = generator_config(config)
         generator = parameter_count(narrow) - (config.vocab_size + config.max_len + config.segments) * narrow.d_model
     return embeddings + config.n_layer * layer + head + generator
-
-
-def check_fits_memory(config: ModelConfig, *, copies: int, limit_gib: float | None, source: str, flag: str):
-    """Refuse a model whose weights, `copies` times over (import: 2; training: weights, gradients and
-    Adam's two moments, 4), would take more than limit_gib, or than the machine's memory when None.
-    source names what set the shape (a file and its keys); flag, how to raise the limit."""
-    count = parameter_count(config)
-    needed = copies * BYTES_PER_WEIGHT * count
-    limit = machine_memory() if limit_gib is None else limit_gib * GIB
-    if needed > limit:
-        limit_text = (f"this machine's memory ({gib_text(limit)}; {flag} GIB sets another limit)"
-                      if limit_gib is None else f"{flag} {limit_gib:g} GiB")
-        raise UserError(f"{source}: the model would allocate {gib_text(needed)} ({copies} x {count:,} float32 "
-                        f"weights), more than {limit_text}")
-
-
-def gib_text(size: float) -> str:
-    """Bytes in GiB, with the digits a small model needs too (0.0014 GiB, not 0.0)."""
-    return f"{size / GIB:,.1f} GiB" if size >= GIB else f"{size / GIB:.2g} GiB"

@@ -13,7 +13,8 @@ import checkpoint as checkpoints
 from atomic import atomic_write, remove_stale_temps
 from config import INI_KEYS, Config, ini_text
 from errors import UserError
-from model import ModelConfig, check_fits_memory, count_parameters, model_config
+from hardware import check_fits_memory
+from model import ModelConfig, count_parameters, model_config, parameter_count
 from optimizer import make_optimizer
 from run_log import RunLog, create_run_dir
 from task import Task
@@ -195,7 +196,7 @@ class RunStarter:
         """A model too large for the machine is one line before it is allocated, not a process the
         kernel kills: float32 weights, gradients and AdamW's two moments."""
         keys = ", ".join(f"{INI_KEYS[name]} = {getattr(shape, name)}" for name in ("d_model", "d_ff", "n_layer"))
-        check_fits_memory(shape, copies=4, limit_gib=self.config.memory_limit_gib or None,
+        check_fits_memory(parameter_count(shape), copies=4, limit_gib=self.config.memory_limit_gib or None,
                           source=f"{keys} with {shape.vocab_size:,} tokens", flag="--memory-limit-gib")
 
     def restored_model(self, saved: dict, path: Path) -> nn.Module:

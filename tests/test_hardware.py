@@ -7,6 +7,7 @@ import torch
 
 import hardware
 import main
+from errors import UserError
 from hardware import peak_flops, published_peak_flops
 
 
@@ -35,3 +36,21 @@ def test_an_mfu_above_100_percent_remeasures_the_peak_and_says_so(mlm_workdir, m
     assert "the peak is now 10 TFLOP/s" in log
     mfus = [float(line.split("| mfu ")[1].split("%")[0]) for line in log.splitlines() if "| mfu " in line]
     assert all(mfu <= 100 for mfu in mfus)
+
+
+def test_a_model_over_the_limit_is_refused_saying_its_size():
+    weights = 10**11
+    with pytest.raises(UserError) as refused:
+        hardware.check_fits_memory(weights, copies=4, limit_gib=None, source="config.ini (d-ff = 1000000000)",
+                                   flag="--max-gib")
+    needed = 16 * weights / 2**30
+    assert str(refused.value) == (f"config.ini (d-ff = 1000000000): the model would allocate {needed:,.1f} "
+                                  f"GiB (4 x {weights:,} float32 weights), more than this machine's memory "
+                                  f"({hardware.machine_memory() / 2**30:,.1f} GiB; --max-gib GIB sets another limit)")
+
+
+def test_the_limit_can_be_set():
+    hardware.check_fits_memory(10**6, copies=2, limit_gib=1, source="x", flag="--max-gib")
+    with pytest.raises(UserError, match=r"^x: the model would allocate 0.0075 GiB \(2 x 1,000,000 float32 weights\), "
+                                        r"more than --max-gib 0.001 GiB$"):
+        hardware.check_fits_memory(10**6, copies=2, limit_gib=0.001, source="x", flag="--max-gib")

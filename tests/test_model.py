@@ -4,10 +4,8 @@ import torch
 import torch.nn.functional as F
 
 from masking import IGNORE_INDEX, MaskingRule, mask_tokens
-from errors import UserError
-from hardware import machine_memory
-from model import (GIB, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, ElectraForPreTraining,
-                   ModelConfig, check_fits_memory, count_parameters, flops_per_token, parameter_count)
+from model import (BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, ElectraForPreTraining,
+                   ModelConfig, count_parameters, flops_per_token, parameter_count)
 
 
 def small_config(**changes) -> ModelConfig:
@@ -121,7 +119,7 @@ def test_flops_grow_with_model_size():
     assert 3 < wider / small < 5  # matmul work grows with the square of the width
 
 
-# ----------------------------------------------------------------------------- size before building
+# ----------------------------------------------------------------------------- size from the shape
 
 SHAPE = dict(vocab_size=8192, max_len=128, d_model=256, heads=8, n_layer=4, d_ff=1024)
 
@@ -134,20 +132,3 @@ def test_the_count_is_within_two_percent_of_the_model_built(kind, settings):
     with torch.device("meta"):  # shapes only
         built = count_parameters(kind(config))
     assert parameter_count(config) == pytest.approx(built, rel=0.02)
-
-
-def test_a_model_over_the_limit_is_refused_saying_its_size():
-    config = ModelConfig(**SHAPE | dict(d_ff=10**9))
-    with pytest.raises(UserError) as refused:
-        check_fits_memory(config, copies=4, limit_gib=None, source="config.ini (d-ff = 1000000000)", flag="--max-gib")
-    needed = 4 * 4 * parameter_count(config)
-    assert str(refused.value) == (f"config.ini (d-ff = 1000000000): the model would allocate {needed / GIB:,.1f} GiB "
-                                  f"(4 x {parameter_count(config):,} float32 weights), more than this machine's memory "
-                                  f"({machine_memory() / GIB:,.1f} GiB; --max-gib GIB sets another limit)")
-
-
-def test_the_limit_can_be_set():
-    config = ModelConfig(**SHAPE)
-    check_fits_memory(config, copies=2, limit_gib=1, source="x", flag="--max-gib")
-    with pytest.raises(UserError, match=r"more than --max-gib 0.01 GiB$"):
-        check_fits_memory(config, copies=2, limit_gib=0.01, source="x", flag="--max-gib")
