@@ -18,7 +18,6 @@ ModernBERT do), so MNLI runs first.
 """
 import argparse
 import configparser
-import fcntl
 import hashlib
 import json
 import os
@@ -49,7 +48,7 @@ from hardware import select_device  # noqa: E402
 from config import INI_KEYS, Config, ini_text, known_name, typed_value  # noqa: E402
 from ini import load_config, parse_overrides  # noqa: E402
 from legacy import IGNORED_KEYS  # noqa: E402
-from run_log import lock_run_dir  # noqa: E402
+from run_log import lock_directory, lock_run_dir  # noqa: E402
 from trainer import Trainer, finished_marker  # noqa: E402
 from vocab import load_vocab, write_vocab_directory  # noqa: E402
 
@@ -339,16 +338,10 @@ def locked_output(out: Path):
         raise UserError(f"{out}: not a directory (-o names the directory for the runs and the table)")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        handle = (out / ".lock").open("a")
+        (out / ".lock").touch()
     except OSError as error:
         raise UserError(f"{out}: cannot write there ({error.strerror or error})") from None
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        raise UserError(f"{out}: another glue.py is working in it (it holds {out / '.lock'}); "
-                        f"wait for it to end, or stop it") from None
-    return handle
+    return lock_directory(out, "another glue.py is working in it")
 
 
 def made_by(args, recipe: Recipe) -> dict:

@@ -63,13 +63,19 @@ def held_by_another_process(run_dir: Path) -> bool:
 def lock_run_dir(run_dir: Path):
     """An OS lock on the run directory while a process trains in it (released when the process
     ends, however it ends): a second process resuming the same run is refused."""
-    handle = (run_dir / ".lock").open("a")
+    return lock_directory(run_dir, "another process is training this run")
+
+
+def lock_directory(directory: Path, busy: str):
+    """An OS lock on directory/.lock, held until the returned handle closes or the process ends;
+    where another process holds it, one line: `busy`, and what to do."""
+    handle = (directory / ".lock").open("a")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.close()
-        raise UserError(f"{run_dir}: another process is training this run (it holds {run_dir / '.lock'}); "
-                        f"wait for it to end, or stop it") from None
+        raise UserError(f"{directory}: {busy} (it holds {directory / '.lock'}); wait for it to end, "
+                        f"or stop it") from None
     return handle
 
 
