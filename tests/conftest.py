@@ -238,6 +238,17 @@ def training_losses(monkeypatch) -> list[float]:
     return losses
 
 
+def one_error_line(capsys, call) -> str:
+    """The one stderr line of call(), a script's main that must exit with code 2 (a user error)."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        call()
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
 @pytest.fixture
 def make_read_only():
     """make_read_only(directory): nothing can be written under it any more, as on a read-only mount.

@@ -14,7 +14,7 @@ from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoModel
                           AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments, pipeline)
 
 import checkpoint as checkpoints
-from conftest import make_mlm_workdir, prepare_mlm_base_dir
+from conftest import make_mlm_workdir, one_error_line, prepare_mlm_base_dir
 import export_hf
 import pair_encoding
 import hf_export
@@ -357,14 +357,6 @@ def test_transformers_trainer_fine_tunes_an_export(trained, tmp_path):
 
 
 # ----------------------------------------------------------------------------------------- bad input
-
-def one_error_line(capsys, call) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        call()
-    assert exit_info.value.code == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1, lines
-    return lines[0]
 
 
 def listing(directory: Path) -> dict[str, bytes]:

@@ -16,6 +16,7 @@ import import_hf
 import main
 import make_demo
 from errors import UserError
+from conftest import one_error_line
 from hf_weights import THEIR_TIED
 from model import BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, ModelConfig
 from checkpoint import check_compatible, load as load_checkpoint, restore_model, vocab_of
@@ -249,15 +250,6 @@ def test_a_pickle_that_runs_code_is_refused_in_one_line_without_a_warning(vocab_
 
 
 # ----------------------------------------------------------------------------------------- a published model's casing
-
-def one_error_line(capsys, call) -> str:
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:
-        call()
-    assert exit_info.value.code == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1, lines
-    return lines[0]
 
 
 def test_a_published_uncased_model_keeps_its_lower_casing_through_import_and_export(tmp_path):
