@@ -236,7 +236,7 @@ def main(argv=None):
     if not args.input.is_dir():
         raise UserError(f"{args.input}: not a directory")
     result = convert(args.input, args.output, args.memory_limit_gib)
-    print(f"wrote {args.output}: a {result['task']} checkpoint")
+    print(f"wrote {args.output}: a starting point for --cp (task {result['task']})")
     if result["fresh"]:
         print(f"  not in {args.input} (start fresh when training): {', '.join(result['fresh'])}")
     if result["unused"]:

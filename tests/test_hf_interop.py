@@ -101,7 +101,7 @@ def random_bert(model_class, vocab_dir, directory, **save_options):
 def test_imported_mlm_matches_transformers_and_round_trips(vocab_dir, tmp_path, capsys):
     theirs = random_bert(TheirMaskedLM, vocab_dir, tmp_path / "hf")
     import_hf.main(["-i", str(tmp_path / "hf"), "-o", str(tmp_path / "ours.pt")])
-    assert "a mlm checkpoint" in capsys.readouterr().out
+    assert "a starting point for --cp (task mlm)" in capsys.readouterr().out
     ours, _, checkpoint = restore_model(tmp_path / "ours.pt", {"mlm": BertForMaskedLM})
     ids = torch.randint(5, checkpoint["model_config"]["vocab_size"], (3, 40))
     with torch.no_grad():
