@@ -1,5 +1,7 @@
 """The command line: every user mistake ends with exit code 2 and one line `error: ...` on stderr,
-never a traceback; --help exits 0. Each case is a real `python src/main.py` process."""
+never a traceback; --help exits 0. Each case is a real `python src/main.py` process. And the
+modules a run imports: only its own."""
+import json
 import os
 import signal
 import subprocess
@@ -144,3 +146,41 @@ def test_ctrl_c_while_starting_is_one_line_and_exit_130(mlm_workdir_factory, tmp
     _, stderr = process.communicate(timeout=60)
     assert (process.returncode, stderr) == (130, "interrupted\n")
     assert not (workdir / "runs").exists()
+
+
+# What a run reads: the project's modules it imports. A module added to these paths is a decision
+# (issue 39's budget: at most 26 modules and 4,500 lines for pre-training), not an accident.
+PRE_TRAINING_MODULES = {
+    "atomic", "batching", "checkpoint", "config", "cpu_kernels", "distributed", "errors", "hardware", "ini", "legacy",
+    "lm_data", "main", "masking", "mlm_task", "model", "optimizer", "packed_files", "run_log", "run_plan",
+    "run_start", "shard_stream", "shards", "stop_request", "task", "throughput", "trainer", "vocab"}
+FINE_TUNING_MODULES = PRE_TRAINING_MODULES - {"lm_data", "mlm_task", "shard_stream", "shards"} | {
+    "classification_task", "glue_data", "glue_metrics", "glue_tasks", "pair_encoding"}
+IMPORTED_BY_A_RUN = f"""
+import atexit, json, pathlib, sys
+sys.path.insert(0, {str(ROOT / 'src')!r})
+source = pathlib.Path({str(ROOT / 'src')!r})
+atexit.register(lambda: print(json.dumps([name for name, module in sys.modules.items()
+                                          if pathlib.Path(getattr(module, "__file__", None) or "/").parent == source])))
+import main
+main.main(sys.argv[1:])
+"""
+
+
+def modules_imported(workdir: Path, *args: str) -> set[str]:
+    result = subprocess.run([sys.executable, "-c", IMPORTED_BY_A_RUN, *args], cwd=workdir, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return set(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def test_a_pre_training_run_imports_only_its_own_modules(mlm_workdir):
+    imported = modules_imported(mlm_workdir, "--max-iters", "1", "--val-interval", "1", "--val-iters", "1")
+    assert imported == PRE_TRAINING_MODULES, (imported - PRE_TRAINING_MODULES, PRE_TRAINING_MODULES - imported)
+
+
+def test_a_fine_tuning_run_imports_only_its_own_modules(mlm_workdir, rotten_tomatoes):
+    import make_demo
+    make_demo.write_sst2(mlm_workdir / "datasets", rotten_tomatoes, seed=123)
+    imported = modules_imported(mlm_workdir, "--task-type", "sst2", "--max-iters", "1", "--val-interval", "1")
+    assert imported == FINE_TUNING_MODULES, (imported - FINE_TUNING_MODULES, FINE_TUNING_MODULES - imported)
