@@ -260,7 +260,7 @@ class Runner:
         config = checkpoints.with_architecture(load_config(self.config_file(task), self.overrides_for(seed)), saved)
         task_object = ClassificationTask(config, load_vocab(self.out / "vocab"), select_device(config.device))
         trainer = Trainer(config, task_object)
-        model = trainer.starter.restored_model(saved, best)
+        model = trainer.restored_model(saved, best)
         metrics = task_object.evaluate(model, task_object.eval_batches("val", None), trainer.autocast)
         result = {"task": task, "seed": seed, "checkpoint": str(best), "step": saved["step"], "metrics": metrics,
                   "predictions": self.test_predictions(trainer, model, task, seed)}

@@ -67,15 +67,16 @@ def make_task(config: Config, rank: int = 0, world_size: int = 1):
 def run(config: Config, checkpoint: Path | None, test: bool, rank: int = 0, world_size: int = 1, *,
         switch_training: bool = False, load_optimizer: bool = True, stop: StopRequest | None = None):
     """Score --cp on the test split, or train (see Trainer.fit) and return the run directory.
-    The architecture keys the config leaves out come from the checkpoint."""
-    if checkpoint is not None:
-        config = checkpoints.with_architecture(config, checkpoints.load(checkpoint, mmap=True))
+    The checkpoint is read once, here; the architecture keys the config leaves out come from it."""
+    saved = checkpoints.load(checkpoint) if checkpoint is not None else None
+    if saved is not None:
+        config = checkpoints.with_architecture(config, saved)
     task = make_task(config, rank, world_size)
     config = with_run_length(config, len(task.data("train")) if config.epochs else 0, world_size)
     trainer = Trainer(config, task, rank, world_size)
     if test:
-        return trainer.test(checkpoint)
-    return trainer.fit(checkpoint, switch_training=switch_training, load_optimizer=load_optimizer, stop=stop)
+        return trainer.test(checkpoint, saved)
+    return trainer.fit(checkpoint, saved, switch_training=switch_training, load_optimizer=load_optimizer, stop=stop)
 
 
 def run_rank(config: Config, args: argparse.Namespace):

@@ -108,10 +108,11 @@ class RunStarter:
         self.world_size = world_size
         self.device = task.device
 
-    def start(self, checkpoint_path: Path | None, switch_training: bool, load_optimizer: bool) -> Run:
-        """A new run, from fresh weights or a checkpoint's; or, where --cp's rule says so and
-        switch_training does not overrule it, the checkpoint's run resumed."""
-        start = checkpoints.load(checkpoint_path) if checkpoint_path else None
+    def start(self, checkpoint_path: Path | None, start: dict | None, switch_training: bool,
+              load_optimizer: bool) -> Run:
+        """A new run, from fresh weights or a checkpoint's (`start`, as loaded from checkpoint_path);
+        or, where --cp's rule says so and switch_training does not overrule it, the checkpoint's run
+        resumed."""
         if start is not None and not switch_training and resumes(start, self.task, self.config):
             return self.resume_run(start, checkpoint_path, load_optimizer)
         return self.new_run(start, checkpoint_path)

@@ -55,12 +55,13 @@ class Trainer:
         self.starter = RunStarter(config, task, self.dtype, rank, world_size)
         self.target = parse_target(config.stop_at)
 
-    def fit(self, checkpoint_path: Path | None = None, *, switch_training: bool = False,
+    def fit(self, checkpoint_path: Path | None = None, saved: dict | None = None, *, switch_training: bool = False,
             load_optimizer: bool = True, stop: StopRequest | None = None) -> Path:
-        """Train from scratch, resume a run, or start a new run from a checkpoint's weights
-        (switch_training: whatever the checkpoint; load_optimizer False: resume with a fresh
-        optimizer). `stop`: the caller's, to learn whether the run was stopped; else its own."""
-        run = self.starter.start(checkpoint_path, switch_training, load_optimizer)
+        """Train from scratch, resume a run, or start a new run from a checkpoint's weights (`saved`,
+        checkpoint.load of checkpoint_path; switch_training: whatever the checkpoint; load_optimizer
+        False: resume with a fresh optimizer). `stop`: the caller's, to learn whether the run was
+        stopped; else its own."""
+        run = self.starter.start(checkpoint_path, saved, switch_training, load_optimizer)
         first_step = run.step
         if self.rank == 0:  # a resumed run is not finished until it reaches its end again
             finished_marker(run.run_dir).unlink(missing_ok=True)
@@ -264,11 +265,14 @@ class Trainer:
 
     # ------------------------------------------------------------------------- scoring a checkpoint
 
-    def test(self, checkpoint_path: Path) -> dict:
-        """Score a checkpoint on the test split and save the metrics in its run directory;
-        where the labels are hidden (GLUE), write the predictions as a submission file instead."""
-        saved = checkpoints.load(checkpoint_path)
-        model = self.starter.restored_model(saved, checkpoint_path)
+    def restored_model(self, saved: dict, checkpoint_path: Path) -> nn.Module:
+        """The task's model with every weight of a checkpoint of this task (`saved`, as loaded)."""
+        return self.starter.restored_model(saved, checkpoint_path)
+
+    def test(self, checkpoint_path: Path, saved: dict) -> dict:
+        """Score a checkpoint (`saved`, as loaded) on the test split and save the metrics in its run
+        directory; where the labels are hidden (GLUE), write the predictions as a submission file instead."""
+        model = self.restored_model(saved, checkpoint_path)
         run_dir = checkpoints.run_dir_of(checkpoint_path) or checkpoint_path.parent
         step = saved["step"]
         files = self.task.submission(model, "test", self.autocast)

@@ -43,7 +43,7 @@ def test_a_run_that_fails_while_announcing_itself_leaves_no_directory(mlm_workdi
         raise UserError("no space left on device writing config.ini")
     monkeypatch.setattr(starter, "announce", full_disk)
     with pytest.raises(UserError):
-        starter.start(None, switch_training=False, load_optimizer=True)
+        starter.start(None, None, switch_training=False, load_optimizer=True)
     assert not Path("runs").exists() or not any(Path("runs").iterdir())
 
 
