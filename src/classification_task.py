@@ -21,7 +21,7 @@ import pair_encoding
 from batching import BatchOrder, LengthGroupedBatchOrder, kept_rows
 from errors import UserError
 from hardware import to_device
-from model import BertForSequenceClassification, model_config
+from model import BertForSequenceClassification, ModelConfig, model_config
 
 
 def glue_task_of(config) -> glue_tasks.GlueTask:
@@ -133,9 +133,11 @@ class ClassificationTask:
         for split in splits:
             self.parts(split)
 
+    def model_config(self, max_len: int | None = None) -> ModelConfig:
+        return model_config(self.config, self.vocab, max_len, num_labels=self.num_labels)
+
     def build_model(self, max_len: int | None = None) -> BertForSequenceClassification:
-        return BertForSequenceClassification(
-            dataclasses.replace(model_config(self.config, self.vocab, max_len), num_labels=self.num_labels))
+        return BertForSequenceClassification(self.model_config(max_len))
 
     def train_batches(self, position: dict | None):
         data = self.data("train")

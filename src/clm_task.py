@@ -7,7 +7,7 @@ from hardware import to_device
 from lm_data import DATA_KEYS, LanguageModelData
 from masking import IGNORE_INDEX
 from mlm_task import token_statistics
-from model import BertForCausalLM, model_config
+from model import BertForCausalLM, ModelConfig, model_config
 from task import evaluate_by_sums
 
 
@@ -24,8 +24,11 @@ class CausalLMTask:
         self.device = device
         self.data = LanguageModelData(config, vocab, rank, world_size)
 
+    def model_config(self, max_len: int | None = None) -> ModelConfig:
+        return model_config(self.config, self.vocab, max_len, causal=True)
+
     def build_model(self, max_len: int | None = None) -> BertForCausalLM:
-        return BertForCausalLM(model_config(self.config, self.vocab, max_len))
+        return BertForCausalLM(self.model_config(max_len))
 
     def check_data(self, splits: tuple[str, ...]):
         self.data.check(splits)

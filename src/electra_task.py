@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from lm_data import DATA_KEYS, LanguageModelData
 from masking import IGNORE_INDEX, MaskingRule
 from mlm_task import MASKING_KEYS, Masker, first_sample, masked_share
-from model import ElectraForPreTraining, model_config, token_hits, token_loss
+from model import ElectraForPreTraining, ModelConfig, model_config, token_hits, token_loss
 from task import evaluate_by_sums
 
 
@@ -30,8 +30,13 @@ class ElectraTask:
         self.evaluation_sampling = torch.Generator(device=device)
         self.predictions_per_token = masked_share(config)  # the generator's head scores the masked positions
 
+    def model_config(self, max_len: int | None = None) -> ModelConfig:
+        """The discriminator, and a generator of generator-width of its heads (at least one), each as wide."""
+        generator_heads = max(1, round(self.config.heads * self.config.generator_width))
+        return model_config(self.config, self.vocab, max_len, generator_heads=generator_heads)
+
     def build_model(self, max_len: int | None = None) -> ElectraForPreTraining:
-        return ElectraForPreTraining(model_config(self.config, self.vocab, max_len))
+        return ElectraForPreTraining(self.model_config(max_len))
 
     def check_data(self, splits: tuple[str, ...]):
         self.data.check(splits)

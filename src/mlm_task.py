@@ -11,7 +11,7 @@ import torch
 from hardware import to_device
 from lm_data import DATA_KEYS, LanguageModelData
 from masking import IGNORE_INDEX, MaskingRule, mask_tokens, predictions_per_sequence
-from model import BertForMaskedLM, BertForPreTraining, model_config, token_hits
+from model import BertForMaskedLM, BertForPreTraining, ModelConfig, model_config, token_hits
 from task import evaluate_by_sums
 
 PAIR_LABEL_NAMES = {"nsp": ("next", "random"), "sop": ("in order", "swapped")}
@@ -81,9 +81,13 @@ class MaskedLMTask:
         if self.objective != "none":
             self.data.check(("train",))  # fail early on shards without the sentence pairs
 
+    def model_config(self, max_len: int | None = None) -> ModelConfig:
+        """BERT's encoder and MLM head; with NSP or SOP, the two-class sentence head too."""
+        return model_config(self.config, self.vocab, max_len, sentence_classes=0 if self.objective == "none" else 2)
+
     def build_model(self, max_len: int | None = None) -> BertForMaskedLM:
         model = BertForMaskedLM if self.objective == "none" else BertForPreTraining
-        return model(model_config(self.config, self.vocab, max_len))
+        return model(self.model_config(max_len))
 
     def check_data(self, splits: tuple[str, ...]):
         self.data.check(splits)

@@ -60,24 +60,17 @@ class ModelConfig:
         return self.norm != "postln"
 
 
-def model_config(config: Config, vocab, max_len: int | None = None) -> ModelConfig:
-    """The model a run's config and vocabulary describe. max_len, the size of the position
-    table, is seq-len unless a checkpoint brings a larger one (bert-base has 512)."""
+def model_config(config: Config, vocab, max_len: int | None = None, **heads) -> ModelConfig:
+    """The encoder a run's config and vocabulary describe, with the heads its task asks for
+    (`causal`, `sentence_classes`, `generator_heads`, `num_labels`: ModelConfig's fields). max_len,
+    the size of the position table, is seq-len unless a checkpoint brings a larger one (bert-base
+    has 512)."""
     if max_len is not None and config.seq_len > max_len:
         raise UserError(f"seq-len = {config.seq_len}: the checkpoint's model has positions for {max_len} tokens")
     return ModelConfig(vocab_size=vocab.size, max_len=max_len or config.seq_len, d_model=config.d_model,
                        heads=config.heads, n_layer=config.n_layer, d_ff=config.feed_forward_size,
-                       dropout=config.dropout, pad_id=vocab.pad_id, num_labels=config.num_labels,
-                       norm=config.norm, position=config.position, feed_forward=config.feed_forward,
-                       causal=config.task_type == "clm",
-                       sentence_classes=0 if config.sentence_objective == "none" else 2,
-                       generator_heads=generator_heads(config) if config.task_type == "electra" else 0,
-                       pooling=config.pooling)
-
-
-def generator_heads(config: Config) -> int:
-    """ELECTRA's generator: generator-width of the discriminator's heads (at least one), each as wide."""
-    return max(1, round(config.heads * config.generator_width))
+                       dropout=config.dropout, pad_id=vocab.pad_id, norm=config.norm, position=config.position,
+                       feed_forward=config.feed_forward, pooling=config.pooling, **heads)
 
 
 def make_norm(config: ModelConfig) -> nn.Module:

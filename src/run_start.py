@@ -14,7 +14,7 @@ from atomic import atomic_write, remove_stale_temps
 from config import INI_KEYS, Config, ini_text
 from errors import UserError
 from hardware import check_fits_memory
-from model import ModelConfig, count_parameters, model_config, parameter_count
+from model import ModelConfig, count_parameters, parameter_count
 from optimizer import make_optimizer
 from run_log import RunLog, create_run_dir
 from task import Task
@@ -190,7 +190,7 @@ class RunStarter:
         """The task's model with fresh weights, seeded per rank; a checkpoint's position table size."""
         torch.manual_seed(self.config.seed + self.rank)
         max_len = checkpoint["model_config"]["max_len"] if checkpoint else None
-        self.check_model_fits(model_config(self.config, self.task.vocab, max_len))
+        self.check_model_fits(self.task.model_config(max_len))
         return self.task.build_model(max_len).to(self.device)
 
     def check_model_fits(self, shape: ModelConfig):

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from errors import UserError
+from model import ModelConfig
 from vocab import Vocab
 
 
@@ -20,8 +21,12 @@ class Task(Protocol):
     predictions_per_token: float  # share of the input tokens the output head scores, for MFU
     measuring_keys: tuple[str, ...]  # Config fields that decide what the scores mean: a resumed run keeps them
 
+    def model_config(self, max_len: int | None = None) -> ModelConfig:
+        """The shape of the task's model, heads included; max_len (the position table) from a
+        checkpoint, else seq-len."""
+
     def build_model(self, max_len: int | None = None) -> nn.Module:
-        """The task's model; max_len (the position table) from a checkpoint, else seq-len."""
+        """The task's model, of model_config(max_len)'s shape."""
 
     def check_data(self, splits: tuple[str, ...]):
         """Open and check these splits now: a bad file stops the run before its first step."""
