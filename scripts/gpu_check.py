@@ -151,7 +151,7 @@ class Check:
 def numerics(check: Check, numbers: dict):
     """The template's MLM in float32 eager against bf16 (where the device has it) + compile + fused AdamW."""
     fast_dtype = hardware.select_dtype("auto", check.device)
-    arms = {"reference": ("float32", False, False), "candidate": (dtype_name(fast_dtype), check.compiles, True)}
+    arms = {"reference": ("float32", False, False), "candidate": (bench.dtype_name(fast_dtype), check.compiles, True)}
     for arm, (dtype, compiled, fused) in arms.items():
         numbers[arm] = f"{dtype}, {'torch.compile' if compiled else 'eager'}, {'fused' if fused else 'foreach'} AdamW"
         options = ["--dtype", dtype, "--compile", str(compiled).lower(), "--fused-adamw", str(fused).lower()]
@@ -234,7 +234,7 @@ def throughput(check: Check, numbers: dict):
     """Each shape, ours (compiled where the check compiles) and transformers' (eager), a row each."""
     dtype = hardware.select_dtype("auto", check.device)
     peak, source = hardware.peak_flops(check.device, dtype, 0.0)
-    numbers.update(dtype=dtype_name(dtype), peak_tflops=peak / 1e12, peak_source=source,
+    numbers.update(dtype=bench.dtype_name(dtype), peak_tflops=peak / 1e12, peak_source=source,
                    flops_counted="bench.py's: the encoder on every token, the MLM head on the 15% masked slots, "
                                  "for both sides (transformers' head on every position is extra work, not counted)",
                    batch="fixed (--quick)" if check.sizes.fixed_batch else "the largest that fits: doubled from 8 "
@@ -519,7 +519,7 @@ def machine(device: torch.device) -> dict:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     import transformers
     return {"device": f"{name} ({device.type})", "torch": torch.__version__, "transformers": transformers.__version__,
-            "cuda": torch.version.cuda, "bf16": dtype_name(hardware.select_dtype("auto", device)) == "bfloat16"}
+            "cuda": torch.version.cuda, "bf16": bench.dtype_name(hardware.select_dtype("auto", device)) == "bfloat16"}
 
 
 def cpu_name() -> str:
@@ -527,10 +527,6 @@ def cpu_name() -> str:
         if line.startswith("model name"):
             return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
     return f"CPU, {os.cpu_count()} cores"
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 # ----------------------------------------------------------------------------- the report
