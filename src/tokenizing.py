@@ -7,10 +7,14 @@ import itertools
 import multiprocessing
 import os
 import re
+import signal
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Iterator
 
 import numpy as np
 
+from errors import UserError
 from vocab import Vocab, load_vocab
 
 ENCODE_BATCH_CHARS = 1 << 20
@@ -89,6 +93,8 @@ def one_thread_each():
 
 
 def load_worker_vocab(vocab_path):
+    # Ctrl-C reaches the whole process group: the parent alone answers it, after the batches in flight.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     one_thread_each()
     global worker_vocab
     worker_vocab = load_vocab(vocab_path)
@@ -102,8 +108,9 @@ class Tokenizing:
     """map((tag, documents), ...) -> (tag, encoded), in order, on `workers` processes (1: this one,
     on one core, so that -n 1 against -n 2 compares one core with two).
 
-    Pool.imap would read the whole input ahead of the workers; submitting at most 2 * workers
-    batches at a time keeps memory bounded while every worker always has a batch queued.
+    Submitting at most 2 * workers batches at a time keeps memory bounded while every worker always
+    has a batch queued. On leaving (an error, Ctrl-C) the batches in flight finish and nothing else
+    starts: a pool that is terminated while a large batch is half sent can wait forever.
     """
 
     def __init__(self, vocab: Vocab, workers: int, kind: str = "ids"):
@@ -116,14 +123,13 @@ class Tokenizing:
         else:
             # spawn, not fork: a forked child of a process that already used the tokenizers thread pool
             # gets its parallelism disabled with a warning, and spawn is the same on every platform.
-            context = multiprocessing.get_context("spawn")
-            self.pool = context.Pool(self.workers, initializer=load_worker_vocab, initargs=(self.vocab.path,))
+            self.pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                            initializer=load_worker_vocab, initargs=(self.vocab.path,))
         return self
 
     def __exit__(self, *exception):
         if self.pool is not None:
-            self.pool.terminate()
-            self.pool.join()
+            self.pool.shutdown(wait=True, cancel_futures=True)
         return False
 
     def map(self, jobs) -> Iterator[tuple[object, object]]:
@@ -133,10 +139,16 @@ class Tokenizing:
             return
         in_flight = collections.deque()
         for tag, documents in jobs:
-            in_flight.append((tag, self.pool.apply_async(encode_in_worker, (self.kind, documents))))
+            in_flight.append((tag, self.pool.submit(encode_in_worker, self.kind, documents)))
             if len(in_flight) >= 2 * self.workers:
-                tag, result = in_flight.popleft()
-                yield tag, result.get()
+                yield self.finished(*in_flight.popleft())
         while in_flight:
-            tag, result = in_flight.popleft()
-            yield tag, result.get()
+            yield self.finished(*in_flight.popleft())
+
+    @staticmethod
+    def finished(tag, future) -> tuple[object, object]:
+        try:
+            return tag, future.result()
+        except BrokenProcessPool:
+            raise UserError("a tokenizing worker process died (killed, or out of memory); the same command "
+                            "goes on from the work already finished") from None

@@ -1,6 +1,11 @@
 """src/tokenizing.py: documents tokenized in batches of bounded size, on N processes, in input order."""
-import numpy as np
+import os
+import signal
 
+import numpy as np
+import pytest
+
+from errors import UserError
 from tokenizing import Tokenizing, document_batches, document_ids, split_sentences
 
 
@@ -28,6 +33,15 @@ def test_two_processes_give_one_process_results_in_input_order(vocab, imdb_revie
         parallel = list(two.map(iter(jobs)))
     assert [tag for tag, _ in parallel] == list(range(8))
     assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(serial, parallel))
+
+
+def test_a_worker_that_dies_is_one_line_and_the_pool_shuts_down(vocab, imdb_reviews):
+    jobs = ((index, imdb_reviews[:50]) for index in range(40))
+    with pytest.raises(UserError, match="a tokenizing worker process died"):
+        with Tokenizing(vocab, workers=2) as two:
+            for index, _ in two.map(jobs):
+                if index == 0:
+                    os.kill(next(iter(two.pool._processes)), signal.SIGKILL)  # as the out-of-memory killer would
 
 
 def test_split_sentences_at_end_punctuation_and_whitespace():
