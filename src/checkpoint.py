@@ -17,24 +17,25 @@ import torch
 from torch import nn
 
 from atomic import atomic_write
-from config import CLASSIFICATION_TASKS, FIELD_TYPES, Config
+from config import FIELD_TYPES, Config
 from errors import UserError
 from model import ModelConfig
 from vocab import Vocab
 
 FORMAT = 1
-MODEL_DEFAULTS = {field.name: field.default for field in fields(ModelConfig)}
+MODEL_FIELDS = tuple(field.name for field in fields(ModelConfig))
 # ModelConfig fields as users know them: INI keys, or what sets them.
 MODEL_FIELD_NAMES = {"max_len": "position table size", "vocab_size": "vocabulary size", "pad_id": "[PAD] id",
                      "layer_norm_eps": "layer-norm epsilon", "segments": "segment vocabulary size"}
-# What every checkpoint holds, imported ones included; the rest is read with defaults.
-REQUIRED_KEYS = ("task", "step", "model", "optimizer", "model_config", "vocab_checksum", "vocab", "config")
-# What a run reads back from each entry: a checkpoint edited by hand is refused in one line, not
-# with a traceback halfway through the start.
-KEY_TYPES = {"task": str, "step": int, "tokens": int, "model": dict, "optimizer": (dict, type(None)),
+# What every checkpoint holds (make_state writes each, imported ones included), of the type a run
+# reads back: a checkpoint edited by hand is refused in one line, not with a traceback halfway
+# through the start.
+NONE = type(None)
+KEY_TYPES = {"task": str, "step": int, "tokens": int, "model": dict, "optimizer": (dict, NONE),
              "model_config": dict, "vocab_checksum": str, "vocab": list, "vocab_lowercase": bool, "config": dict,
-             "data_position": (dict, type(None)), "rng_per_rank": list, "best": (float, int, type(None)),
-             "elapsed": (float, int), "lineage": list}
+             "data_position": (dict, NONE), "rng_per_rank": list, "best": (float, int, NONE),
+             "elapsed": (float, int), "data": (str, NONE), "start": (str, NONE), "lineage": list,
+             "imported_from": (str, NONE), "log_sums_per_rank": list, "checksum": str}
 # Free to differ between a checkpoint and the run starting from it: pre-training heads come and go.
 FREE_MODEL_FIELDS = ("dropout", "num_labels", "causal", "sentence_classes", "generator_heads")
 
@@ -42,31 +43,31 @@ FREE_MODEL_FIELDS = ("dropout", "num_labels", "causal", "sentence_classes", "gen
 def make_state(*, task: str, weights: dict, model_config: ModelConfig, vocab: Vocab, config: dict, step: int = 0,
                tokens: int = 0, optimizer: dict | None = None, data_position: dict | None = None,
                rng_per_rank: list | None = None, best: float | None = None, elapsed: float = 0.0,
-               **extra) -> dict:
+               data: str | None = None, start: str | None = None, lineage: list | None = None,
+               imported_from: str | None = None, log_sums_per_rank: list | None = None) -> dict:
     """Everything a checkpoint holds: the model's weights (state dict) and architecture, the run's
-    settings (Config.to_dict()), and to resume, the optimizer, data position, one dict of random
-    states per rank, and the seconds of training so far (what a time budget counts)."""
+    settings (Config.to_dict()); to resume, the optimizer, data position, one dict of random states
+    and of the log's sums per rank, and the seconds of training so far (what a time budget counts);
+    its history: the data it trained on, the checkpoint it started from and that one's lineage, or
+    the directory it was imported from."""
     return {"format": FORMAT, "task": task, "step": step, "tokens": tokens, "model": weights,
             "optimizer": optimizer, "config": config, "model_config": asdict(model_config),
             "vocab_checksum": vocab.checksum, "vocab": list(vocab.tokens), "vocab_lowercase": vocab.lowercase,
             "data_position": data_position, "rng_per_rank": rng_per_rank or [], "best": best, "elapsed": elapsed,
-            **extra}
+            "data": data, "start": start, "lineage": lineage or [], "imported_from": imported_from,
+            "log_sums_per_rank": log_sums_per_rank or []}
 
 
 def stage(checkpoint: dict) -> dict:
     """One stage of training in a model's history: its task, steps, tokens and data."""
-    settings = checkpoint["config"]
-    data = None
-    if checkpoint["task"] in ("mlm", "clm", "electra"):
-        data = f"{settings.get('datasets-dir') or 'datasets'}/{settings.get('dataset-pattern')}"
-    return {"task": checkpoint["task"], "step": checkpoint["step"], "tokens": checkpoint.get("tokens", 0),
-            "data": data, "imported_from": checkpoint.get("imported_from")}
+    return {"task": checkpoint["task"], "step": checkpoint["step"], "tokens": checkpoint["tokens"],
+            "data": checkpoint["data"], "imported_from": checkpoint["imported_from"]}
 
 
 def lineage(checkpoint: dict) -> list[dict]:
     """Every stage of training behind a checkpoint's weights, the first first: a run started from
     another checkpoint's weights keeps that checkpoint's lineage (checkpoint "lineage")."""
-    return [*checkpoint.get("lineage", []), stage(checkpoint)]
+    return [*checkpoint["lineage"], stage(checkpoint)]
 
 
 def save(path: Path, state: dict):
@@ -120,12 +121,12 @@ def load(path: Path, mmap: bool = False) -> dict:
         raise UserError(f"{path}: not a readable checkpoint ({error.__class__.__name__})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise UserError(f"{path}: not a checkpoint of this program (format {FORMAT} expected)")
-    missing = [key for key in REQUIRED_KEYS if key not in state]
+    missing = [key for key in KEY_TYPES if key not in state]
     if missing:
         raise UserError(f"{path}: a damaged checkpoint, without {', '.join(missing)}")
     check_types(path, state)
     # mmap: a quick look at the settings; the full load that follows checks the sum.
-    if not mmap and "checksum" in state and state["checksum"] != checksum(state):
+    if not mmap and state["checksum"] != checksum(state):
         raise UserError(f"{path}: a damaged checkpoint: its contents do not match the checksum saved with them")
     return state
 
@@ -139,10 +140,13 @@ def saved_settings(checkpoint: dict) -> dict:
 
 
 def check_types(path: Path, state: dict):
-    """Each entry of the type a run reads back (checkpoints written before a key existed lack it)."""
+    """Each entry of the type a run reads back."""
     for key, kind in KEY_TYPES.items():
-        if key in state and not isinstance(state[key], kind):
+        if not isinstance(state[key], kind):
             raise UserError(f"{path}: a damaged checkpoint: {key} is a {type(state[key]).__name__}")
+    missing = [key for key in MODEL_FIELDS if key not in state["model_config"]]
+    if missing:
+        raise UserError(f"{path}: a damaged checkpoint: its model_config lacks {', '.join(missing)}")
     if not all(isinstance(tensor, torch.Tensor) for tensor in state["model"].values()):
         raise UserError(f"{path}: a damaged checkpoint: its model holds values that are not tensors")
 
@@ -156,7 +160,7 @@ def with_architecture(config: Config, checkpoint: dict) -> Config:
     the command line set, so a fine-tuning config need not repeat them (one that does must agree:
     check_compatible names a key that differs)."""
     saved = checkpoint["model_config"]
-    taken = {key: saved.get(key, MODEL_DEFAULTS[key]) for key in ARCHITECTURE_KEYS if key not in config.given}
+    taken = {key: saved[key] for key in ARCHITECTURE_KEYS if key not in config.given}
     return dataclasses.replace(config, **taken)
 
 
@@ -174,9 +178,8 @@ def restore_model(path: Path, kinds: dict[str, type]) -> tuple[nn.Module, Vocab,
 
 
 def vocab_of(checkpoint: dict) -> Vocab:
-    """The vocabulary a checkpoint carries; one saved before it kept its casing ("vocab_lowercase")
-    gets the casing its tokens suggest."""
-    return Vocab(tuple(checkpoint["vocab"]), lowercase=checkpoint.get("vocab_lowercase"))
+    """The vocabulary a checkpoint carries, with its casing."""
+    return Vocab(tuple(checkpoint["vocab"]), lowercase=checkpoint["vocab_lowercase"])
 
 
 def load_weights(model: nn.Module, weights: dict, path: Path, strict: bool = True) -> list[str]:
@@ -201,7 +204,7 @@ def check_shapes(path: Path, weights: dict, model: nn.Module):
 
 def check_compatible(path: Path, checkpoint: dict, vocab: Vocab, current: ModelConfig):
     """The checkpoint's model must be the one the config describes, with the same vocabulary."""
-    if checkpoint.get("vocab_checksum") != vocab.checksum:
+    if checkpoint["vocab_checksum"] != vocab.checksum:
         raise UserError(f"{path}: made with another vocabulary than {vocab.path} (checksum differs)")
     if vocab_of(checkpoint).lowercase != vocab.lowercase:
         casing = {True: "lower-cases text", False: "keeps the case of text"}
@@ -209,9 +212,9 @@ def check_compatible(path: Path, checkpoint: dict, vocab: Vocab, current: ModelC
                         f"(do_lower_case in tokenizer_config.json beside it says which)")
     saved = checkpoint["model_config"]
     for key, value in asdict(current).items():
-        if key in FREE_MODEL_FIELDS or (key == "pooling" and checkpoint["task"] not in CLASSIFICATION_TASKS):
+        if key in FREE_MODEL_FIELDS or (key == "pooling" and "classifier.weight" not in checkpoint["model"]):
             continue  # a classifier's pooling is chosen when fine-tuning starts
-        stored = saved.get(key, MODEL_DEFAULTS.get(key))  # a key it lacks: the default, BERT's
+        stored = saved[key]
         if stored != value:
             name = MODEL_FIELD_NAMES.get(key, key.replace("_", "-"))
             raise UserError(f"{path}: {name} = {stored} in the checkpoint but {value} "

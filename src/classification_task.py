@@ -86,6 +86,7 @@ class ClassificationTask:
     lower_is_better = False
     predictions_per_token = 0.0  # no MLM head
     measuring_keys = ("seq_len", "dataset_percentage", "val_dataset_percentage")  # examples are cut to seq-len
+    data_source = None  # a fine-tuning's data is named by its task
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         self.name = config.task_type

@@ -23,6 +23,7 @@ class CausalLMTask:
         self.vocab = vocab
         self.device = device
         self.data = LanguageModelData(config, vocab, rank, world_size)
+        self.data_source = self.data.source
 
     def model_config(self, max_len: int | None = None) -> ModelConfig:
         return model_config(self.config, self.vocab, max_len, causal=True)

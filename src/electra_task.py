@@ -27,6 +27,7 @@ class ElectraTask:
         self.masker = Masker(rule, vocab, device)
         self.data = LanguageModelData(config, vocab, rank, world_size,
                                       static_rule=rule if config.masking == "static" else None)
+        self.data_source = self.data.source
         self.evaluation_sampling = torch.Generator(device=device)
         self.predictions_per_token = masked_share(config)  # the generator's head scores the masked positions
 

@@ -264,7 +264,7 @@ def model_card(checkpoint: dict, checkpoint_path: Path) -> str:
              "directory (`bert_variant_layers.py` is the program's `src/model.py`).",
              "", "## Training", ""]
     lines += [f"- {stage_line(stage)}" for stage in checkpoints.lineage(checkpoint)]
-    if task in CLASSIFICATION_TASKS and checkpoint.get("best") is not None:
+    if task in CLASSIFICATION_TASKS and checkpoint["best"] is not None:
         lines += ["", f"Best validation score on {task}: {checkpoint['best']:.4f}."]
     lines += ["", "## Load", "", "```python", f"from transformers import AutoTokenizer, {auto}",
               "tokenizer = AutoTokenizer.from_pretrained(DIRECTORY)",
@@ -273,7 +273,7 @@ def model_card(checkpoint: dict, checkpoint_path: Path) -> str:
 
 
 def stage_line(stage: dict) -> str:
-    if stage.get("imported_from"):
+    if stage["imported_from"]:
         return f"imported from {stage['imported_from']}"
-    data = f" on `{stage['data']}`" if stage.get("data") else ""
+    data = f" on `{stage['data']}`" if stage["data"] else ""
     return f"{stage['task']}: {stage['step']:,} steps, {stage['tokens']:,} tokens{data}"

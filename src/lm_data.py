@@ -136,10 +136,9 @@ class ShardSplit:
 
     def check_same_data(self, position: dict | None) -> None:
         """A resumed run reads the shards it trained on: on others (another corpus prepared under
-        the same names, shards added or gone) its position means nothing. A checkpoint from before
-        positions recorded their shards cannot be checked."""
-        trained = (position or {}).get("shards")
-        if trained is None or trained == self.identity:
+        the same names, shards added or gone) its position means nothing."""
+        trained = position["shards"] if position else self.identity
+        if trained == self.identity:
             return
         directory = Path(str(self.paths[0])).parent
         changed = [name for name in self.identity if trained.get(name) != self.identity[name]]
@@ -216,11 +215,10 @@ class ShardSplit:
 
     def batches(self, position: dict | None) -> Iterator[tuple[dict, dict]]:
         """Endless batches from `position` ({"epoch", "sample": where in the epoch's order, "shards":
-        the identity of the data}; a checkpoint of before keeps {"epoch", "batch"}), each with the
-        position after it."""
+        the identity of the data}), each with the position after it."""
         self.check_same_data(position)
         order, loader = self.order, ShardLoader(self.load)
-        epoch, start = starting_point(position, order.global_batch_size)
+        epoch, start = starting_point(position)
         while True:
             plan = self.plan(epoch)
             positions = rank_positions(plan.total, start, order.global_batch_size, order.rank, order.world_size)
@@ -253,13 +251,9 @@ class ShardSplit:
             yield self.batch_at(plan, rows, loader, 0, limit)
 
 
-def starting_point(position: dict | None, global_batch_size: int) -> tuple[int, int]:
+def starting_point(position: dict | None) -> tuple[int, int]:
     """(epoch, sample) of a data position."""
-    if not position:
-        return 0, 0
-    if "sample" in position:
-        return position["epoch"], position["sample"]
-    return position["epoch"], position["batch"] * global_batch_size
+    return (position["epoch"], position["sample"]) if position else (0, 0)
 
 
 class KeptShards:
@@ -287,6 +281,11 @@ class LanguageModelData:
         self.patterns = {split: split_pattern(config, split) for split in PATTERN_KEYS}
         self.splits: dict[str, ShardSplit] = {}
         self.split("train")  # fail early on a missing train split
+
+    @property
+    def source(self) -> str:
+        """What the run trains on, as its checkpoints' lineage tells it."""
+        return f"{self.config.datasets_dir or 'datasets'}/{self.config.dataset_pattern}"
 
     def split(self, name: str) -> ShardSplit:
         if name not in self.splits:

@@ -77,6 +77,7 @@ class MaskedLMTask:
         self.data = LanguageModelData(config, vocab, rank, world_size,
                                       static_rule=rule if config.masking == "static" else None,
                                       pairs=None if self.objective == "none" else self.objective)
+        self.data_source = self.data.source
         self.predictions_per_token = masked_share(config)
         if self.objective != "none":
             self.data.check(("train",))  # fail early on shards without the sentence pairs

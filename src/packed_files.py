@@ -158,6 +158,4 @@ def read_header(path) -> dict | None:
 def is_whole(path, header: dict) -> bool:
     """Whether the file has the size its header says (body_bytes): a cut copy has not."""
     body_bytes = header.get("body_bytes")
-    if not isinstance(body_bytes, int):
-        return True  # written before files recorded their size
-    return Path(path).stat().st_size == len(header_member(header)) + body_bytes
+    return isinstance(body_bytes, int) and Path(path).stat().st_size == len(header_member(header)) + body_bytes

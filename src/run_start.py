@@ -52,7 +52,7 @@ class Run:
 def resumes(checkpoint: dict, task: Task, config: Config) -> bool:
     """The rule for --cp: a checkpoint of the same task and heads, with optimizer state, resumes
     its run; any other (pre-training to fine-tune, an imported model) starts a new run from its weights."""
-    same_heads = bool(checkpoint["model_config"].get("sentence_classes", 0)) == (config.sentence_objective != "none")
+    same_heads = bool(checkpoint["model_config"]["sentence_classes"]) == (config.sentence_objective != "none")
     return checkpoint["task"] == task.name and checkpoint["optimizer"] is not None and same_heads
 
 
@@ -67,17 +67,17 @@ def check_same_measure(path: Path, saved_settings: dict, task: Task, config: Con
 
 def check_same_optimizer_groups(path: Path, saved_settings: dict, config: Config):
     """Adam's moments are saved per parameter group, and layer-lr-decay decides the groups."""
-    check_kept(path, "layer_lr_decay", saved_settings.get("layer_lr_decay", 1.0), config.layer_lr_decay,
+    check_kept(path, "layer_lr_decay", saved_settings["layer_lr_decay"], config.layer_lr_decay,
                "or add --dont-load-optimizer to resume with fresh optimizer moments")
 
 
 def check_same_global_batch(path: Path, saved: dict, config: Config, world_size: int):
     """A data position counted in global batches ({"epoch", "batch"}: fine-tuning's) points at
     another sample, and the run's steps mean another thing, under another global batch."""
-    if "batch" not in (saved.get("data_position") or {}):
+    if "batch" not in (saved["data_position"] or {}):
         return
     settings = checkpoints.saved_settings(saved)
-    then = (settings.get("batch_size", 0), settings.get("grad_accum_steps", 1), len(saved["rng_per_rank"]) or 1)
+    then = (settings["batch_size"], settings["grad_accum_steps"], len(saved["rng_per_rank"]) or 1)
     now = (config.batch_size, config.grad_accum_steps, world_size)
     if math.prod(then) != math.prod(now):
         raise UserError(f"{path}: the run's global batch is {global_batch_text(*then)}, this resume's "
@@ -158,17 +158,17 @@ class RunStarter:
             run.optimizer.load_state_dict(saved["optimizer"])
         else:
             log("the optimizer starts afresh (--dont-load-optimizer): Adam's moments are zero")
-        states = saved.get("rng_per_rank", [])  # one per rank that saved it
-        sums = saved.get("log_sums_per_rank", [])
+        states = saved["rng_per_rank"]  # one per rank that saved it
+        sums = saved["log_sums_per_rank"]
         run.log_sums = sums[self.rank] if self.rank < len(sums) else None
         if self.rank < len(states):
             checkpoints.restore_random_states(states[self.rank], run.mask_generator)
         if len(states) < self.world_size:  # said by rank 0, the one that logs
             log(f"note: the checkpoint holds random states for {len(states)} process(es); "
                 f"ranks {len(states)} and up start from fresh seeds")
-        run.step, run.best, run.position = saved["step"], saved.get("best"), saved.get("data_position")
-        run.tokens, run.elapsed, run.start = saved.get("tokens", 0), saved.get("elapsed", 0.0), saved.get("start")
-        run.lineage = saved.get("lineage", [])
+        run.step, run.best, run.position = saved["step"], saved["best"], saved["data_position"]
+        run.tokens, run.elapsed, run.start = saved["tokens"], saved["elapsed"], saved["start"]
+        run.lineage = saved["lineage"]
         run.resumed_at = run.step
         log(f"resuming {path} at step {run.step}")
         self.announce(run)

@@ -20,6 +20,7 @@ class Task(Protocol):
     lower_is_better: bool
     predictions_per_token: float  # share of the input tokens the output head scores, for MFU
     measuring_keys: tuple[str, ...]  # Config fields that decide what the scores mean: a resumed run keeps them
+    data_source: str | None  # what it trains on, kept in its checkpoints for their lineage
 
     def model_config(self, max_len: int | None = None) -> ModelConfig:
         """The shape of the task's model, heads included; max_len (the position table) from a

@@ -145,8 +145,8 @@ class Trainer:
         run.lr = learning_rate(run.step, spent, config, run.resumed_at)
         accumulation = micro_batches(run.step, spent, config)
         length = sequence_length(run.step, spent, config)
-        for group in run.optimizer.param_groups:  # a group loaded from a checkpoint saved without lr_scale has none
-            group["lr"] = run.lr * group.get("lr_scale", 1.0)
+        for group in run.optimizer.param_groups:
+            group["lr"] = run.lr * group["lr_scale"]
         for micro in range(accumulation):
             run.position, batch = next(batches)
             if length < config.seq_len:
@@ -255,7 +255,8 @@ class Trainer:
                 vocab=self.task.vocab, config=self.config.to_dict(),
                 step=run.step, tokens=run.tokens, optimizer=run.optimizer.state_dict(),
                 data_position=run.position, rng_per_rank=rng_per_rank, best=run.best, elapsed=run.elapsed,
-                start=run.start, lineage=run.lineage, log_sums_per_rank=[sums for _, sums in per_rank])
+                data=self.task.data_source, start=run.start, lineage=run.lineage,
+                log_sums_per_rank=[sums for _, sums in per_rank])
             if kind == "best":
                 checkpoints.save(directory / "best.pt", state)
             else:

@@ -1,5 +1,5 @@
 """The checkpoint format on its own: safe loading, compatibility messages in INI keys, rotation,
-the --cp rule, and checkpoints in the earlier layout (with an "rng" entry) still resuming."""
+and the --cp rule."""
 import errno
 import io
 import os
@@ -67,7 +67,7 @@ def test_a_pickle_that_runs_code_is_refused_without_running(tmp_path):
     (b"not a checkpoint", "not a readable checkpoint"),
     (b"\x80\xf8" + bytes(range(200)), "not a readable checkpoint"),  # a pickle of protocol 248: torch warns
     ({"weights": torch.zeros(2)}, "not a checkpoint of this program"),
-    ({"format": checkpoints.FORMAT, "task": "mlm", "model": {}}, "a damaged checkpoint, without step, optimizer"),
+    ({"format": checkpoints.FORMAT, "task": "mlm", "model": {}}, "a damaged checkpoint, without step, tokens, optimizer"),
 ])
 def test_bad_files_get_one_line(tmp_path, content, message):
     path = tmp_path / "c.pt"
@@ -80,6 +80,18 @@ def test_bad_files_get_one_line(tmp_path, content, message):
         with pytest.raises(UserError, match=message):
             checkpoints.load(path)
     assert not warned  # nothing but the error line may reach the user
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda state: state.pop("lineage"), "c.pt: a damaged checkpoint, without lineage"),
+    (lambda state: state["model_config"].pop("pooling"), "c.pt: a damaged checkpoint: its model_config lacks pooling"),
+])
+def test_a_checkpoint_without_an_entry_or_a_model_field_is_one_line(tmp_path, damage, message):
+    state = small_state()
+    damage(state)
+    torch.save({**state, "checksum": checkpoints.checksum(state)}, tmp_path / "c.pt")
+    with pytest.raises(UserError, match=message):
+        checkpoints.load(tmp_path / "c.pt")
 
 
 def test_another_architecture_is_named_in_ini_keys(tmp_path):
@@ -131,18 +143,6 @@ def test_run_dir_of_a_checkpoint():
     assert checkpoints.run_dir_of(Path("/x/elsewhere/best.pt")) is None
 
 
-def test_a_checkpoint_in_the_earlier_layout_resumes_and_fine_tunes(mlm_workdir):
-    """Checkpoints written before this layout held a rank-0 "rng" entry beside rng_per_rank."""
-    run_dir = main.run(main.load_config(None, ["--max-iters", "2"]), None, False)
-    path = run_dir / "checkpoints" / "checkpoint.pt"
-    earlier = checkpoints.load(path)
-    earlier["rng"] = earlier["rng_per_rank"][0]
-    del earlier["checksum"]  # nor did they hold a checksum
-    torch.save(earlier, path)
-    main.run(main.load_config(None, ["--max-iters", "3"]), path, False)
-    assert checkpoints.load(path)["step"] == 3
-
-
 def test_seq_len_longer_than_the_checkpoints_positions_is_refused(mlm_workdir, capsys):
     run_dir = main.run(main.load_config(None, ["--max-iters", "1"]), None, False)
     with pytest.raises(SystemExit) as exit_info:
@@ -185,10 +185,9 @@ def test_a_bit_flipped_in_a_saved_tensor_is_refused(tmp_path):
 
 
 def damaged_copy(source: Path, target: Path, damage: str) -> Path:
-    """The checkpoint at source, edited as a careless hand or tool would and saved without a checksum
-    (as checkpoints written before there was one)."""
+    """The checkpoint at source, edited as a careless hand or tool would, with the checksum of what
+    it holds then."""
     state = torch.load(source, map_location="cpu", weights_only=True)
-    state.pop("checksum", None)
     weights = state["model"]
     if damage == "a row cut":
         weights["encoder.embeddings.token.weight"] = weights["encoder.embeddings.token.weight"][:-1].clone()
@@ -196,6 +195,7 @@ def damaged_copy(source: Path, target: Path, damage: str) -> Path:
         del weights["encoder.layers.0.attention.out.weight"]
     else:
         state["step"] = str(state["step"])
+    state["checksum"] = checkpoints.checksum(state)
     torch.save(state, target)
     return target
 
