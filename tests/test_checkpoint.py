@@ -67,7 +67,7 @@ def test_a_pickle_that_runs_code_is_refused_without_running(tmp_path):
     (b"not a checkpoint", "not a readable checkpoint"),
     (b"\x80\xf8" + bytes(range(200)), "not a readable checkpoint"),  # a pickle of protocol 248: torch warns
     ({"weights": torch.zeros(2)}, "not a checkpoint of this program"),
-    ({"format": checkpoints.FORMAT, "task": "mlm", "model": {}}, "a damaged checkpoint, without step, tokens, optimizer"),
+    ({"format": checkpoints.FORMAT, "task": "mlm", "model": {}}, "damaged checkpoint, without step, tokens, optimizer"),
 ])
 def test_bad_files_get_one_line(tmp_path, content, message):
     path = tmp_path / "c.pt"
