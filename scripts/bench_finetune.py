@@ -31,7 +31,7 @@ from scipy.stats import ttest_ind
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "scripts"))
-import checkpoint as checkpoints  # noqa: E402
+import checkpoints  # noqa: E402
 import export_hf  # noqa: E402
 import glue_data  # noqa: E402
 import glue_metrics  # noqa: E402

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 import glue_data  # noqa: E402
 import glue_tasks  # noqa: E402
 import pair_encoding  # noqa: E402
-from checkpoint import restore_model  # noqa: E402
+from checkpoints import restore_model  # noqa: E402
 from classification_task import Part  # noqa: E402
 from config import CLASSIFICATION_TASKS  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402

@@ -33,7 +33,6 @@ import argparse
 import difflib
 import json
 import math
-import re
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from run_plan import Target, lower_is_better, parse_target  # noqa: E402
 from ini import load_config  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from atomic import atomic_write  # noqa: E402
+from run_log import run_provenance  # noqa: E402
 
 PROCESSES_KEY = "processes"
 START_KEY = "start"
@@ -81,11 +81,7 @@ def read_settings(config_path: Path) -> dict[str, str]:
     """Every config key's value as text, and from its comment lines the number of processes and
     the checkpoint the run started from."""
     settings = {key: ini_text(value) for key, value in load_config(config_path, []).to_dict().items()}
-    text = config_path.read_text(encoding="utf-8")
-    processes = re.search(r"^#\s*(\d+) process", text, re.MULTILINE)
-    settings[PROCESSES_KEY] = processes.group(1) if processes else "unknown"
-    start = re.search(r"^#\s*started from (.+)$", text, re.MULTILINE)
-    settings[START_KEY] = start.group(1).strip() if start else "none"
+    settings[PROCESSES_KEY], settings[START_KEY] = run_provenance(config_path.read_text(encoding="utf-8"))
     return settings
 
 
@@ -95,7 +91,7 @@ def pretraining_tokens(start: str) -> float | None:
     or records none (an imported model), with a warning."""
     if start == "none":
         return 0
-    import checkpoint as checkpoints
+    import checkpoints
     try:
         state = checkpoints.load(Path(start), mmap=True)  # mmap: the lineage without the weights
     except UserError as error:

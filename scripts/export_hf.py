@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-import checkpoint as checkpoints  # noqa: E402
+import checkpoints  # noqa: E402
 from atomic import sync_directory  # noqa: E402
 import hf_export  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402

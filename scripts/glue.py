@@ -35,7 +35,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
-import checkpoint as checkpoints  # noqa: E402
+import checkpoints  # noqa: E402
 import distributed  # noqa: E402
 import glue_data  # noqa: E402
 import glue_metrics  # noqa: E402

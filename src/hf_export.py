@@ -13,7 +13,7 @@ import json
 import re
 from pathlib import Path
 
-import checkpoint as checkpoints
+import checkpoints
 import model as model_module
 from config import CLASSIFICATION_TASKS
 from errors import UserError

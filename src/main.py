@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-import checkpoint as checkpoints
+import checkpoints
 import distributed
 from config import CLASSIFICATION_TASKS, Config, key_reference
 from errors import UserError, exit_on_user_error

@@ -2,6 +2,7 @@
 above the progress bar, TensorBoard scalars and optionally Weights & Biases."""
 import fcntl
 import os
+import re
 import socket
 import time
 from contextlib import contextmanager
@@ -12,6 +13,7 @@ from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.summary.writer.record_writer import RecordWriter
 from tqdm import tqdm
 
+from atomic import atomic_write
 from config import Config
 from errors import UserError, naming_a_full_disk
 
@@ -43,6 +45,20 @@ def create_run_dir(runs_dir: Path, run_id: str = "") -> Path:
             return run_dir
         except FileExistsError:
             number += 1
+
+
+def write_run_config(run_dir: Path, config: Config, processes: int, start: str | None):
+    """runN/config.ini: every key of the run (it loads with --config), then as comments the number
+    of processes and the checkpoint whose weights it started from (run_provenance reads them)."""
+    lines = config.describe() + [f"# {processes} process(es)"] + ([f"# started from {start}"] if start else [])
+    atomic_write(run_dir / "config.ini", lambda temp: temp.write_text("\n".join(lines) + "\n"))
+
+
+def run_provenance(config_text: str) -> tuple[str, str]:
+    """(processes, start) as a run's config.ini records them: "unknown" and "none" where it does not."""
+    processes = re.search(r"^#\s*(\d+) process", config_text, re.MULTILINE)
+    start = re.search(r"^#\s*started from (.+)$", config_text, re.MULTILINE)
+    return processes.group(1) if processes else "unknown", start.group(1).strip() if start else "none"
 
 
 def held_by_another_process(run_dir: Path) -> bool:

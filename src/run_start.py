@@ -9,14 +9,14 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-import checkpoint as checkpoints
-from atomic import atomic_write, remove_stale_temps
+import checkpoints
+from atomic import remove_stale_temps
 from config import INI_KEYS, Config, ini_text
 from errors import UserError
 from hardware import check_fits_memory
 from model import ModelConfig, count_parameters, parameter_count
 from optimizer import make_optimizer
-from run_log import RunLog, create_run_dir
+from run_log import RunLog, create_run_dir, write_run_config
 from task import Task
 from throughput import Throughput
 
@@ -39,7 +39,7 @@ class Run:
     elapsed: float = 0.0  # seconds of training, validation left out: what a time budget counts
     lr: float = 0.0  # of the last step
     start: str | None = None  # the checkpoint whose weights a new run started from
-    lineage: list = field(default_factory=list)  # the training behind those weights (checkpoint.stage)
+    lineage: list = field(default_factory=list)  # the training behind those weights (checkpoints.stage)
     resumed_at: int | None = None  # the step a resumed run went on from
     meter: Throughput | None = None  # the training figures since the last log line
     log_sums: dict | None = None  # the meter's sums when the checkpoint a run resumes from was saved
@@ -246,7 +246,4 @@ class RunStarter:
             run.log(f"warning: warmup-iters = {config.warmup_iters} is above max-iters = {config.max_iters}: "
                     f"the learning rate stops before it reaches learning-rate")
         if self.rank == 0:  # what compare_runs.py and a reader of the run directory look up
-            lines = config.describe() + [f"# {self.world_size} process(es)"]
-            if run.start:
-                lines.append(f"# started from {run.start}")
-            atomic_write(run.run_dir / "config.ini", lambda temp: temp.write_text("\n".join(lines) + "\n"))
+            write_run_config(run.run_dir, config, self.world_size, run.start)

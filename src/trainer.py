@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import record_function
 from tqdm import tqdm
 
-import checkpoint as checkpoints
+import checkpoints
 import distributed
 import hardware
 from atomic import atomic_write
@@ -58,7 +58,7 @@ class Trainer:
     def fit(self, checkpoint_path: Path | None = None, saved: dict | None = None, *, switch_training: bool = False,
             load_optimizer: bool = True, stop: StopRequest | None = None) -> Path:
         """Train from scratch, resume a run, or start a new run from a checkpoint's weights (`saved`,
-        checkpoint.load of checkpoint_path; switch_training: whatever the checkpoint; load_optimizer
+        checkpoints.load of checkpoint_path; switch_training: whatever the checkpoint; load_optimizer
         False: resume with a fresh optimizer). `stop`: the caller's, to learn whether the run was
         stopped; else its own."""
         run = self.starter.start(checkpoint_path, saved, switch_training, load_optimizer)

@@ -133,7 +133,7 @@ def test_transformers_recipe_pretrains_bert_and_writes_a_checkpoint_of_ours(mlm_
     """run_mlm.py's recipe on the config's shards: BertForMaskedLM at the config's size, trained for the
     steps asked, saved for transformers and converted into an MLM checkpoint of BERT's layout."""
     import bench_pretrain
-    import checkpoint as checkpoints
+    import checkpoints
     from ini import load_config
     from shards import read_shard
     config = load_config(mlm_workdir / "config.ini", [])

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-import checkpoint as checkpoints
+import checkpoints
 import classify
 import fill_mask
 import glue_data

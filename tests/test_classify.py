@@ -3,7 +3,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import checkpoint
+import checkpoints
 from model import BertForSequenceClassification, ModelConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -12,9 +12,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def untrained_sst2_checkpoint(path: Path, vocab) -> Path:
     """A fine-tuning checkpoint of fresh weights: what classify.py prints is tested, not how well."""
     config = ModelConfig(vocab_size=vocab.size, max_len=64, d_model=32, heads=2, n_layer=1, d_ff=64)
-    state = checkpoint.make_state(task="sst2", weights=BertForSequenceClassification(config).state_dict(),
-                                  model_config=config, vocab=vocab, config={"seq-len": 64})
-    checkpoint.save(path, state)
+    state = checkpoints.make_state(task="sst2", weights=BertForSequenceClassification(config).state_dict(),
+                                   model_config=config, vocab=vocab, config={"seq-len": 64})
+    checkpoints.save(path, state)
     return path
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from checkpoint import saved_settings
+from checkpoints import saved_settings
 from config import INI_KEYS, Config, key_groups
 from ini import load_config
 from errors import UserError

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import ElectraForPreTraining as TheirElectra
 
-import checkpoint as checkpoints
+import checkpoints
 import export_hf
 import hardware
 import main

@@ -1,7 +1,7 @@
 """fill_mask.py: the top-k candidates of an MLM checkpoint, and its bad inputs."""
 import pytest
 
-import checkpoint as checkpoints
+import checkpoints
 import fill_mask
 from test_checkpoint import small_state
 

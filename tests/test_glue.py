@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import checkpoint as checkpoints
+import checkpoints
 import make_demo
 from conftest import TEST_DEVICE
 from errors import UserError

@@ -13,7 +13,7 @@ import torch
 from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForPreTraining,
                           AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments, pipeline)
 
-import checkpoint as checkpoints
+import checkpoints
 from conftest import make_mlm_workdir, one_error_line, prepare_mlm_base_dir
 import export_hf
 import pair_encoding

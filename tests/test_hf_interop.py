@@ -19,7 +19,7 @@ from errors import UserError
 from conftest import one_error_line
 from hf_weights import THEIR_TIED
 from model import BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, ModelConfig
-from checkpoint import check_compatible, load as load_checkpoint, restore_model, vocab_of
+from checkpoints import check_compatible, load as load_checkpoint, restore_model, vocab_of
 from test_vocab import published_uncased_model
 from vocab import load_vocab, write_tokenizer_config
 

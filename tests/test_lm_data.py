@@ -9,7 +9,7 @@ import torch
 
 import main
 import prepare_mlm_dataset
-from checkpoint import load
+from checkpoints import load
 from config import Config
 from conftest import MLM_SEQ_LEN, TEST_DEVICE
 from errors import UserError

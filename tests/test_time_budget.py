@@ -4,7 +4,7 @@ free), resume continuing the count, and two DDP ranks stopping together on rank 
 stop-at, the run that ends when a validation metric reaches a target, with the time it took."""
 import pytest
 
-import checkpoint as checkpoints
+import checkpoints
 import hardware
 import main
 import throughput

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-import checkpoint as checkpoints
+import checkpoints
 import main
 from config import Config
 from errors import UserError
