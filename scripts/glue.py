@@ -47,7 +47,6 @@ from errors import UserError, exit_on_user_error  # noqa: E402
 from hardware import select_device  # noqa: E402
 from config import INI_KEYS, Config, ini_text, known_name, typed_value  # noqa: E402
 from ini import load_config, parse_overrides  # noqa: E402
-from legacy import IGNORED_KEYS  # noqa: E402
 from run_log import lock_directory, lock_run_dir  # noqa: E402
 from trainer import Trainer, finished_marker  # noqa: E402
 from vocab import load_vocab, write_vocab_directory  # noqa: E402
@@ -110,8 +109,7 @@ def read_recipe(path: Path) -> dict[str, dict[str, Any]]:
     for section in parser.sections():
         where = f"{path}: [{section}]"
         names = {known_name(key, where): value for key, value in parser[section].items()}
-        recipe[section] = {name: typed_value(name, value, where) for name, value in names.items()
-                           if name not in IGNORED_KEYS}
+        recipe[section] = {name: typed_value(name, value, where) for name, value in names.items() if name}
     return recipe
 
 

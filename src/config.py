@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 from errors import UserError
-from legacy import IGNORED_KEYS, KEY_ALIASES, VALUE_ALIASES
+import legacy
 from run_plan import SCHEDULER_FORMS, duration_seconds, parse_curriculum, parse_scheduler, parse_target, parses
 
 
@@ -338,11 +338,11 @@ BOOLEANS = {"true": True, "yes": True, "on": True, "1": True,
             "false": False, "no": False, "off": False, "0": False}
 
 
-def known_name(key: str, origin: str | None) -> str:
-    """Field name for an INI key or option (case-insensitive, '_' = '-'), or a UserError."""
-    name = key.strip().lower().replace("-", "_")
-    name = KEY_ALIASES.get(name, name)
-    if name in FIELD_TYPES or name in IGNORED_KEYS:
+def known_name(key: str, origin: str | None) -> str | None:
+    """Field name for an INI key or option (case-insensitive, '_' = '-'); None for a key of the
+    original project's files that means nothing here (accepted, then left out); else a UserError."""
+    name = legacy.current_name(key.strip().lower().replace("-", "_"))
+    if name is None or name in FIELD_TYPES:
         return name
     ini_key = name.replace("_", "-")
     close = difflib.get_close_matches(ini_key, INI_KEYS.values(), n=1)
@@ -357,7 +357,7 @@ def typed_value(name: str, value: Any, origin: str) -> Any:
     """Convert text (or an already typed value) to the field's type, or a UserError."""
     kind = FIELD_TYPES[name]
     if isinstance(value, str):
-        value = VALUE_ALIASES.get(name, {}).get(value.strip().lower(), value)
+        value = legacy.current_value(name, value)
     try:
         return convert(kind, value)
     except (KeyError, ValueError):

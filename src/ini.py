@@ -10,7 +10,6 @@ from typing import Any
 
 from config import FIELD_TYPES, INI_KEYS, Config, known_name, typed_value
 from errors import UserError
-from legacy import IGNORED_KEYS
 
 LOCAL_CONFIG = Path("local_config.ini")  # read after ./config.ini, overriding it
 
@@ -59,7 +58,7 @@ def read_ini(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
         origin = f"{path}:{number}"
         key, text = split_key_value(line, origin)
         name = known_name(key, origin)
-        if name in IGNORED_KEYS:
+        if name is None:
             continue
         if text is None:  # a key alone on a line: a flag set to true
             if FIELD_TYPES[name] is not bool:
@@ -104,16 +103,16 @@ def parse_overrides(args: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
             raise UserError(f"{arg!r}: expected an option like --key value")
         key, has_value, text = arg.lstrip("-").partition("=")
         name = known_name(key, origin=None)
-        option = "--" + name.replace("_", "-")
+        option = "--" + (name or key.lower()).replace("_", "-")
         if not has_value:
             if position < len(args) and not args[position].startswith("--"):
                 text = args[position]
                 position += 1
-            elif FIELD_TYPES.get(name, bool) is bool:  # an ignored legacy key may stand alone too
+            elif name is None or FIELD_TYPES[name] is bool:  # a key that means nothing here may stand alone too
                 text = "true"
             else:
                 raise UserError(f"{option}: missing value")
-        if name in IGNORED_KEYS:
+        if name is None:
             continue
         if name in values:  # as in a file: the same key twice is a mistake, not an override
             raise UserError(f"{option}: given twice on the command line")

@@ -20,6 +20,17 @@ IGNORED_KEYS = {
     "flash": "attention always runs PyTorch's fused kernels (scaled_dot_product_attention)",
 }
 
+
+def current_name(name: str) -> str | None:
+    """The field name (lower case, '_') of a key as this program names it; None for one of its keys
+    that mean nothing here."""
+    return None if name in IGNORED_KEYS else KEY_ALIASES.get(name, name)
+
+
+def current_value(name: str, text: str) -> str:
+    """A value as this program spells it."""
+    return VALUE_ALIASES.get(name, {}).get(text.strip().lower(), text)
+
 SHARD_FORMAT = "legacy"
 ARTICLES_FORMAT = "article-arrays"
 SAMPLES_PER_CHUNK = 4096
