@@ -46,7 +46,7 @@ NORMS = ("postln", "preln", "rmsnorm")
 POSITIONS = ("learned", "rope", "sinusoidal")
 FEED_FORWARDS = ("gelu", "geglu")
 POOLINGS = ("cls", "mean")
-SENTENCE_OBJECTIVES = ("none", "nsp", "sop")  # also what a shard's sentence pairs are labelled for
+SENTENCE_OBJECTIVES = ("none", "nsp", "sop")  # the names a shard's pairs are labelled for too (shards.PAIRS)
 
 def attention_shape_problem(d_model: int, heads: int, position: str) -> str | None:
     """What is wrong with an attention shape, in INI keys, or None; model.py checks ModelConfig with it too."""

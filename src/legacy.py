@@ -1,6 +1,7 @@
 """What the original BERT project (the one this program re-imagines) left on its users' disks, read here
-and nowhere else: its other key and value names, the keys it had that mean nothing now, its msgpack
-shards and its GPT article arrays. Each reader returns plain arrays; shards.py makes them a Shard."""
+and nowhere else: its other key and value names and the keys it had that mean nothing now
+(current_name, current_value: config.py's), its msgpack shards and its GPT article arrays
+(article_files and read: lm_data.py's, as the flat arrays shards.from_arrays makes a Shard of)."""
 import glob
 import os
 from dataclasses import dataclass
@@ -9,7 +10,11 @@ from pathlib import Path
 import numpy as np
 
 from errors import UserError
-from packed_files import corrupt, dtype_name, open_stream, unpacker
+from packed_files import ShardError, corrupt, dtype_name, guarded, open_stream, unpacker
+
+# A shard as flat arrays: (header, sample lengths, their tokens one after another, and for masked
+# samples the masked positions in those tokens and their original ids, else None and None).
+Arrays = tuple[dict, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]
 
 # Its other spellings of keys and values.
 KEY_ALIASES = {"n_layers": "n_layer", "t": "task_type"}
@@ -36,6 +41,24 @@ ARTICLES_FORMAT = "article-arrays"
 SAMPLES_PER_CHUNK = 4096
 
 
+def article_files(directory: Path, pattern: str) -> list["ArticleFiles"] | None:
+    """The article arrays a pattern with {which} names; None for a pattern of shards."""
+    return find_article_files(directory, pattern) if "{which}" in pattern else None
+
+
+def read(path, expect: dict) -> Arrays | None:
+    """Its file at `path` (an MLM shard, or an ArticleFiles pair), checked against `expect` (seq_len,
+    vocab_size); None for a file of ours."""
+    if isinstance(path, ArticleFiles):
+        return read_articles(path, expect["seq_len"], expect["vocab_size"])
+    with open_stream(path) as stream:
+        if not starts_like_a_shard(guarded(path, stream.read, 1)):
+            return None
+    arrays = guarded(path, read_shard_arrays, Path(path))
+    check_fits(path, arrays, expect)
+    return arrays
+
+
 # ---------------------------------------------------------------------------------------------
 # Its MLM shards: one msgpack array alternating id lists and label lists (label 0 where not
 # masked, else the original id).
@@ -46,9 +69,23 @@ def starts_like_a_shard(first_byte: bytes) -> bool:
     return bool(first_byte) and (0x90 <= first_byte[0] <= 0x9F or first_byte[0] in (0xDC, 0xDD))
 
 
-def read_shard_arrays(path: Path) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(header, lengths, tokens, mask positions in the flat tokens, mask labels), read one sample at
-    a time; the header says what a shard of ours would, with None where it is not known."""
+def check_fits(path, arrays: Arrays, expect: dict) -> None:
+    """Its shards record neither a vocabulary nor a seq-len: the longest sample and the largest id tell."""
+    header, _, tokens, _, labels = arrays
+    if expect.get("seq_len") is not None and header["seq_len"] > expect["seq_len"]:
+        raise ShardError(f"{path}: longest sample has {header['seq_len']} tokens in the shard "
+                         f"but seq-len = {expect['seq_len']} in the config")
+    if expect.get("vocab_size") is None or not len(tokens):
+        return
+    largest = max(int(tokens.max()), int(labels.max()) if len(labels) else -1)
+    if largest >= expect["vocab_size"]:
+        raise ShardError(f"{path}: token id {largest} in the shard but the vocabulary has {expect['vocab_size']} "
+                         f"tokens")
+
+
+def read_shard_arrays(path: Path) -> Arrays:
+    """Its MLM shard, read one sample at a time; the header says what a shard of ours would, with
+    None where it is not known."""
     chunks = []
     with open_stream(path) as stream:
         objects = unpacker(stream)
@@ -129,9 +166,9 @@ def load_array(path: Path, mmap_mode: str | None = "r") -> np.ndarray:
         raise UserError(f"{path}: not a readable .npy array ({error})") from None
 
 
-def read_articles(files: ArticleFiles, seq_len: int, vocab_size: int) -> tuple[dict, np.ndarray, np.ndarray]:
-    """(header, tokens, offsets): every article cut into samples of seq_len tokens (the last piece
-    shorter, a lone token dropped: it has no next token to predict)."""
+def read_articles(files: ArticleFiles, seq_len: int, vocab_size: int) -> Arrays:
+    """Unmasked samples: every article cut into samples of seq_len tokens (the last piece shorter, a
+    lone token dropped: it has no next token to predict)."""
     ids = load_array(files.path, None)
     given = load_array(files.offsets, None).astype(np.int64)
     if given.ndim != 1 or ids.ndim != 1:
@@ -150,6 +187,5 @@ def read_articles(files: ArticleFiles, seq_len: int, vocab_size: int) -> tuple[d
     keep = lengths >= 2
     starts, lengths = starts[keep], lengths[keep]
     flat = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(lengths.sum())
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    header = {"format": ARTICLES_FORMAT, "seq_len": seq_len, "masking": "none", "samples": len(offsets) - 1}
-    return header, ids[flat], offsets
+    header = {"format": ARTICLES_FORMAT, "seq_len": seq_len, "masking": "none", "samples": len(lengths)}
+    return header, lengths, ids[flat], None, None

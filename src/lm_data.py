@@ -18,7 +18,7 @@ from config import ini_text
 from errors import UserError
 from masking import IGNORE_INDEX, MaskingRule, predictions_per_sequence
 from shard_stream import EpochPlan, ShardFile, ShardLoader, epoch_sets, rank_positions, scan
-from shards import Shard, find_shards, join_shards, read_articles, read_shard, select_rows
+from shards import Shard, find_shards, from_arrays, join_shards, read_shard, select_rows
 
 # The Config fields that decide which samples a run sees: a resumed run keeps them.
 DATA_KEYS = ("seq_len", "dataset_pattern", "val_dataset_pattern", "dataset_percentage", "val_dataset_percentage")
@@ -38,7 +38,7 @@ def with_masking(shard: Shard, rule: MaskingRule | None) -> Shard:
     """The shard as the run uses it.
 
     With a rule (masking = static): the stored masks, which must have been made by that rule
-    (checked where the header records it; the original project's shards do not). Without: the
+    (checked where the header records it; legacy.py's shards do not). Without: the
     original ids, which a static shard keeps too (its inputs with the labels put back), to be
     masked afresh or read unmasked.
     """
@@ -178,10 +178,11 @@ class ShardSplit:
 
     def read(self, path, rows: np.ndarray | None = None) -> Shard:
         rules = self.rules
-        if isinstance(path, legacy.ArticleFiles):
-            shard = read_articles(path, rules.seq_len, rules.vocab_size)
-            return shard if rows is None else select_rows(shard, rows)
-        return with_masking(read_shard(path, rules.expect, rows), rules.static_rule)
+        arrays = legacy.read(path, rules.expect)
+        if arrays is None:
+            return with_masking(read_shard(path, rules.expect, rows), rules.static_rule)
+        shard = from_arrays(Path(str(path)), *arrays)
+        return with_masking(shard if rows is None else select_rows(shard, rows), rules.static_rule)
 
     def checked(self, path, shard: Shard) -> Shard:
         rules = self.rules
@@ -290,8 +291,7 @@ class LanguageModelData:
     def split(self, name: str) -> ShardSplit:
         if name not in self.splits:
             directory, pattern = self.config.datasets_path, self.patterns[name]
-            paths = (legacy.find_article_files(directory, pattern) if "{which}" in pattern
-                     else find_shards(directory, pattern))
+            paths = legacy.article_files(directory, pattern) or find_shards(directory, pattern)
             self.splits[name] = ShardSplit(paths, self.rules, self.order, self.config.share_of(name))
         return self.splits[name]
 

@@ -1,6 +1,6 @@
 """The shards of one split as a process reads them, in memory that does not grow with the corpus:
 each file known by its header first; an epoch one pass over a numbered set (shard order and sample
-order shuffled by the seed), or over one file of the earlier layout; each process loading only the
+order shuffled by the seed), or over one file alone; each process loading only the
 samples it trains on, of the shard it reads and, in the background, of the next.
 """
 import hashlib
@@ -12,7 +12,6 @@ from typing import Callable
 
 import numpy as np
 
-import legacy
 from batching import kept_rows
 from errors import UserError
 from packed_files import is_whole, read_header
@@ -21,13 +20,13 @@ from shards import SHARD_FORMAT, check_header
 
 @dataclass(frozen=True)
 class ShardFile:
-    """A shard known by its header, not loaded; samples None: the original project's files, whose
-    count is known only by loading them."""
-    path: Path | legacy.ArticleFiles
+    """A shard known by its header, not loaded; samples None: a file without one (legacy.py's),
+    whose count is known only by loading it."""
+    path: Path | object  # or the files read together as one (legacy.ArticleFiles)
     samples: int | None = None
     shard: int | None = None  # its number in a numbered set
     copy: int | None = None
-    preparation: str | None = None  # None: a file of the earlier layouts, which do not say
+    preparation: str | None = None  # None: a file that does not say
     fingerprint: str = ""  # tells this file from another of its name (fingerprint_of)
 
 
@@ -42,9 +41,9 @@ def scan(paths: list, expect: dict) -> list[ShardFile]:
     for their size: a cut copy or a killed writer's file is one line naming it."""
     files = []
     for path in paths:
-        header = None if isinstance(path, legacy.ArticleFiles) else read_header(path)
+        header = read_header(path) if isinstance(path, Path) else None
         if header is None or header.get("format") != SHARD_FORMAT:
-            # the original project's formats: read() says what is wrong
+            # a file without our header: reading it says what is wrong
             files.append(ShardFile(path, fingerprint=fingerprint_of(path, None)))
             continue
         check_header(path, header, expect)
@@ -60,7 +59,7 @@ def scan(paths: list, expect: dict) -> list[ShardFile]:
 
 def fingerprint_of(path, header: dict | None) -> str:
     """A digest of a shard's header, whose preparation, counts and body size tell it from another
-    file of its name; of the original project's files, which have none, the size."""
+    file of its name; of a file without one, the size."""
     if header is None:
         return f"{Path(str(path)).stat().st_size} bytes"
     return hashlib.sha256(json.dumps(header, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -68,8 +67,7 @@ def fingerprint_of(path, header: dict | None) -> str:
 
 def epoch_sets(files: list[ShardFile]) -> list[list[ShardFile]]:
     """What each epoch reads, in turn: a numbered set of several shards whole (one list per static
-    copy), or each whole file alone (a corpus of one shard, static copies, the original project's
-    files), as before numbered sets."""
+    copy), or each whole file alone (a corpus of one shard, static copies, files without a number)."""
     check_one_preparation(files)
     sets = [file for file in files if isinstance(file, NumberedFile) and not (file.shard == 0 and file.last)]
     if not sets:
@@ -79,9 +77,9 @@ def epoch_sets(files: list[ShardFile]) -> list[list[ShardFile]]:
 
 
 def check_one_preparation(files: list[ShardFile]) -> None:
-    """The files come from one preparation (files that do not say, of the earlier layouts, count as
-    one): two preparations of one corpus, of another seed say, split it differently, so each one's
-    val samples are among the other's train samples."""
+    """The files come from one preparation (files that do not say count as one): two preparations
+    of one corpus, of another seed say, split it differently, so each one's val samples are among
+    the other's train samples."""
     first_of = {}
     for file in files:
         first_of.setdefault(file.preparation, file)

@@ -1,5 +1,4 @@
-"""The MLM shard format: its writer and its reader, which reads the original project's shards too
-(legacy.py).
+"""The MLM shard format: its writer and its reader.
 
 A shard is a gzip stream of msgpack objects:
 1. a header map: `format` ("bert-mlm-shard"), `version` (1), `seq_len`, `vocab_size`,
@@ -26,13 +25,12 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-import legacy
-from config import SENTENCE_OBJECTIVES
 from errors import UserError
 from packed_files import DTYPES, HeaderFirstFile, ShardError, corrupt, dtype_name, guarded, open_stream, unpacker
 
 SHARD_FORMAT = "bert-mlm-shard"
 FORMAT_VERSION = 1
+PAIRS = ("none", "nsp", "sop")  # a shard's `pairs`: what its sentence pairs are labelled for
 SAMPLES_PER_BLOCK = 4096
 
 
@@ -213,7 +211,7 @@ def _is_map_start(byte: bytes) -> bool:
 
 
 def read_shard(path, expect: dict | None = None, rows: np.ndarray | None = None) -> Shard:
-    """Load a shard (ours or the original project's), checking it against `expect`; with rows
+    """Load a shard, checking it against `expect`; with rows
     (ascending), only those samples, in that order, each block read and dropped in turn.
 
     expect may hold seq_len, vocab_size and vocab_checksum; a mismatch raises ShardError naming
@@ -223,12 +221,9 @@ def read_shard(path, expect: dict | None = None, rows: np.ndarray | None = None)
     first = _first_byte(path)
     if _is_map_start(first):
         shard = guarded(path, _read_blocks, path) if rows is None else guarded(path, _read_rows, path, rows)
-    elif legacy.starts_like_a_shard(first):
-        shard = guarded(path, _read_legacy, path)
-        shard = shard if rows is None else select_rows(shard, rows)
     else:
-        raise corrupt(path, "not a shard: it starts with neither a header nor a sample list")
-    check_header(path, shard.header, expect or {}, max_id=_max_id(shard))
+        raise corrupt(path, "not a shard: it does not start with a header")
+    check_header(path, shard.header, expect or {})
     return shard
 
 
@@ -241,11 +236,11 @@ def select_rows(shard: Shard, rows: np.ndarray) -> Shard:
     """The shard with only the samples `rows`, in that order."""
     lengths = np.diff(shard.offsets)[rows]
     selected = Shard(shard.path, shard.header, shard.tokens[flat_index(shard.offsets[rows], lengths)],
-                     _offsets(lengths))
+                     offsets_of(lengths))
     if shard.mask_offsets is not None:
         counts = np.diff(shard.mask_offsets)[rows]
         masks = flat_index(shard.mask_offsets[rows], counts)
-        selected.mask_offsets = _offsets(counts)
+        selected.mask_offsets = offsets_of(counts)
         selected.mask_positions, selected.mask_labels = shard.mask_positions[masks], shard.mask_labels[masks]
     if shard.pair_labels is not None:
         selected.pair_labels = shard.pair_labels[rows]
@@ -257,9 +252,9 @@ def join_shards(path, header: dict, parts: list[Shard], dtype) -> Shard:
     if not parts:
         return Shard(path, header, np.empty(0, dtype=dtype), np.zeros(1, dtype=np.int64))
     joined = Shard(path, header, np.concatenate([part.tokens for part in parts]),
-                   _offsets(np.concatenate([np.diff(part.offsets) for part in parts])))
+                   offsets_of(np.concatenate([np.diff(part.offsets) for part in parts])))
     if parts[0].mask_offsets is not None:
-        joined.mask_offsets = _offsets(np.concatenate([np.diff(part.mask_offsets) for part in parts]))
+        joined.mask_offsets = offsets_of(np.concatenate([np.diff(part.mask_offsets) for part in parts]))
         joined.mask_positions = np.concatenate([part.mask_positions for part in parts])
         joined.mask_labels = np.concatenate([part.mask_labels for part in parts])
     if parts[0].pair_labels is not None:
@@ -290,12 +285,12 @@ def _block_shard(path, header: dict, block: dict, dtype) -> Shard:
     """One block as a shard of its own samples."""
     lengths = np.frombuffer(block["lengths"], dtype=np.uint16)
     tokens = np.frombuffer(block["tokens"], dtype=dtype)
-    offsets = _offsets(lengths)
+    offsets = offsets_of(lengths)
     if offsets[-1] != len(tokens) or (len(lengths) and lengths.max() > header["seq_len"]):
         raise corrupt(path, "block lengths do not add up to its tokens, or exceed the header's seq-len")
     shard = Shard(path, header, tokens, offsets)
     if header["masking"] == "static":
-        shard.mask_offsets = _offsets(np.frombuffer(block["mask_counts"], dtype=np.uint16))
+        shard.mask_offsets = offsets_of(np.frombuffer(block["mask_counts"], dtype=np.uint16))
         shard.mask_positions = np.frombuffer(block["mask_positions"], dtype=np.uint16)
         shard.mask_labels = np.frombuffer(block["mask_labels"], dtype=dtype)
     if header.get("pairs", "none") != "none":
@@ -303,33 +298,15 @@ def _block_shard(path, header: dict, block: dict, dtype) -> Shard:
     return shard
 
 
-def _max_id(shard: Shard) -> int:
-    """Largest id, only computed for the original project's shards (ours carry a vocabulary checksum)."""
-    if shard.header["format"] != legacy.SHARD_FORMAT or not len(shard.tokens):
-        return -1
-    labels_max = int(shard.mask_labels.max()) if len(shard.mask_labels) else -1
-    return max(int(shard.tokens.max()), labels_max)
-
-
 # The header fields a config sets, as users know them.
 CHECKED_FIELDS = {"seq_len": "seq-len", "vocab_size": "vocabulary size", "vocab_checksum": "vocabulary checksum"}
 
 
-def check_header(path, header: dict, expect: dict, max_id: int = -1) -> None:
+def check_header(path, header: dict, expect: dict) -> None:
     """Raise ShardError when the header disagrees with what the config expects."""
-    original = header["format"] == legacy.SHARD_FORMAT  # no vocabulary checksum; seq_len is the longest sample
     for field, name in CHECKED_FIELDS.items():
-        if expect.get(field) is None or header.get(field) is None:
-            continue
-        if original and field == "seq_len":
-            if header[field] > expect[field]:
-                raise ShardError(f"{path}: longest sample has {header[field]} tokens in the shard "
-                                 f"but seq-len = {expect[field]} in the config")
-        elif header[field] != expect[field]:
-            raise ShardError(f"{path}: {name} {header[field]} in the shard but {expect[field]} in the config")
-    if original and expect.get("vocab_size") is not None and max_id >= expect["vocab_size"]:
-        raise ShardError(f"{path}: token id {max_id} in the shard but the vocabulary has {expect['vocab_size']} "
-                         f"tokens")
+        if expect.get(field) is not None and header.get(field) != expect[field]:
+            raise ShardError(f"{path}: {name} {header.get(field)} in the shard but {expect[field]} in the config")
 
 
 def _validate_shard_header(path, header) -> None:
@@ -341,7 +318,7 @@ def _validate_shard_header(path, header) -> None:
                          f"version {FORMAT_VERSION}")
     if header.get("dtype") not in DTYPES or header.get("masking") not in ("static", "none"):
         raise corrupt(path, f"dtype {header.get('dtype')!r}, masking {header.get('masking')!r}")
-    if header.get("pairs", "none") not in SENTENCE_OBJECTIVES:
+    if header.get("pairs", "none") not in PAIRS:
         raise corrupt(path, f"pairs {header.get('pairs')!r}")
     for field in ("samples", "tokens", "seq_len"):
         if not isinstance(header.get(field), int) or header[field] < 0:
@@ -393,7 +370,7 @@ def _read_blocks(path: Path) -> Shard:
                 counts.append(np.frombuffer(block["mask_counts"], dtype=np.uint16))
                 positions.append(np.frombuffer(block["mask_positions"], dtype=np.uint16))
                 labels.append(np.frombuffer(block["mask_labels"], dtype=dtype))
-        offsets = _offsets(lengths.finish())
+        offsets = offsets_of(lengths.finish())
         tokens = tokens.finish()
     if len(offsets) > 1 and np.diff(offsets).max() > header["seq_len"]:
         raise corrupt(path, f"a sample is longer than the header's seq-len {header['seq_len']}")
@@ -410,7 +387,7 @@ def _checked_pair_labels(path, pair_labels: np.ndarray) -> np.ndarray:
     return pair_labels
 
 
-def _offsets(lengths: np.ndarray) -> np.ndarray:
+def offsets_of(lengths: np.ndarray) -> np.ndarray:
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return offsets
@@ -424,7 +401,7 @@ def _static_shard(path, header, tokens, offsets, counts, positions, labels) -> S
     counts = _concatenate(counts, np.uint16)
     positions = _concatenate(positions, np.uint16)
     labels = _concatenate(labels, tokens.dtype)
-    mask_offsets = _offsets(counts)
+    mask_offsets = offsets_of(counts)
     if len(counts) != len(offsets) - 1 or mask_offsets[-1] != len(positions) or len(positions) != len(labels):
         raise corrupt(path, "mask counts do not match the samples and mask arrays")
     shard = Shard(path, header, tokens, offsets, mask_offsets, positions, labels)
@@ -434,19 +411,17 @@ def _static_shard(path, header, tokens, offsets, counts, positions, labels) -> S
     return shard
 
 
-def _read_legacy(path: Path) -> Shard:
-    header, lengths, tokens, masked, labels = legacy.read_shard_arrays(path)
-    offsets = _offsets(lengths)
+def from_arrays(path, header: dict, lengths: np.ndarray, tokens: np.ndarray, masked: np.ndarray | None = None,
+                labels: np.ndarray | None = None) -> Shard:
+    """A shard of samples of these lengths, their tokens one after another; a static one's masked
+    positions are in those flat tokens, `labels` their original ids (legacy.py's files come so)."""
+    offsets = offsets_of(lengths)
+    if masked is None:
+        return Shard(path, header, tokens, offsets)
     sample_of_mask = np.repeat(np.arange(len(lengths)), lengths)[masked]
     return Shard(path, header, tokens, offsets,
-                 mask_offsets=_offsets(np.bincount(sample_of_mask, minlength=len(lengths))),
+                 mask_offsets=offsets_of(np.bincount(sample_of_mask, minlength=len(lengths))),
                  mask_positions=(masked - offsets[sample_of_mask]).astype(np.uint16), mask_labels=labels)
-
-
-def read_articles(files: legacy.ArticleFiles, seq_len: int, vocab_size: int) -> Shard:
-    """The original project's GPT article arrays as a shard of unmasked samples."""
-    header, tokens, offsets = legacy.read_articles(files, seq_len, vocab_size)
-    return Shard(files.path, header, tokens, offsets)
 
 
 def find_shards(directory, pattern: str) -> list[Path]:

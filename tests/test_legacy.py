@@ -2,22 +2,26 @@
 (data where its patterns point, a small model on the command line), local_config.ini, its keys and
 flags, its GPT article arrays, CoLA, sinusoidal positions, short legacy shards, and fine-tuning that
 takes the architecture from the checkpoint."""
+import gzip
 import math
 import shutil
 from pathlib import Path
 
+import msgpack
 import numpy as np
 import pytest
 import torch
 
 import hardware
+import legacy
 import main
 import make_demo
 from classification_task import ClassificationTask
 from ini import load_config
 from mlm_task import MaskedLMTask
+from packed_files import ShardError
 from model import INIT_STD, BertForMaskedLM, ModelConfig, sinusoidal_positions
-from shards import read_shard
+from shards import from_arrays, read_shard
 from test_mlm_task import write_legacy_shard
 from test_trainer import load
 from vocab import load_vocab
@@ -213,3 +217,48 @@ def test_the_original_flags(in_project, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main.main(["--dp"])
     assert exit_info.value.code == 2 and "use --ddp" in capsys.readouterr().err
+
+
+def legacy_payload(rng, count=300) -> tuple[list, list]:
+    inputs, labels = [], []
+    for _ in range(count):
+        ids = rng.integers(5, 2000, rng.integers(3, 128)).tolist()
+        label = [0] * len(ids)
+        for position in rng.choice(len(ids), max(1, len(ids) // 7), replace=False):
+            label[position], ids[position] = ids[position], 4
+        inputs.append(ids)
+        labels.append(label)
+    return inputs, labels
+
+
+@pytest.mark.parametrize("gzipped", [True, False])
+def test_legacy_shard_reads_as_packed(tmp_path, gzipped):
+    inputs, labels = legacy_payload(np.random.default_rng(1))
+    packed = msgpack.packb([item for pair in zip(inputs, labels) for item in pair])
+    path = tmp_path / ("old.msgpack.gz" if gzipped else "old.msgpack")
+    path.write_bytes(gzip.compress(packed) if gzipped else packed)
+    shard = from_arrays(path, *legacy.read(path, {"seq_len": 128, "vocab_size": 2000}))
+    assert shard.header["format"] == "legacy" and shard.masking == "static" and len(shard) == len(inputs)
+    assert shard.seq_len == max(map(len, inputs))
+    for i, (ids, label) in enumerate(zip(inputs, labels)):
+        assert shard.sample(i).tolist() == ids
+        begin, end = shard.mask_offsets[i], shard.mask_offsets[i + 1]
+        rebuilt = [0] * len(ids)
+        for position, original in zip(shard.mask_positions[begin:end], shard.mask_labels[begin:end]):
+            rebuilt[position] = int(original)
+        assert rebuilt == label
+    with pytest.raises(ShardError, match="the vocabulary has 1000 tokens"):
+        legacy.read(path, {"vocab_size": 1000})
+
+
+def test_a_cut_shard_of_theirs_is_one_line_naming_it(tmp_path):
+    inputs, labels = legacy_payload(np.random.default_rng(2))
+    packed = msgpack.packb([item for pair in zip(inputs, labels) for item in pair])
+    path = tmp_path / "damaged.msgpack"
+    path.write_bytes(packed[:len(packed) // 2])
+    with pytest.raises(ShardError, match=f"^{path}: truncated or corrupt file"):
+        legacy.read(path, {})
+
+
+def test_a_shard_of_ours_is_not_theirs(mlm_base_dir):
+    assert legacy.read(next((mlm_base_dir / "datasets").glob("train_*")), {}) is None

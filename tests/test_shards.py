@@ -1,8 +1,6 @@
-"""Tests of src/shards.py: shard round trips, header checks, legacy shards, clear errors on damaged
+"""Tests of src/shards.py: shard round trips, header checks, clear errors on damaged
 files, atomic writing, static masks independent of how samples are added."""
-import gzip
 
-import msgpack
 import numpy as np
 import pytest
 
@@ -124,51 +122,14 @@ def test_header_mismatch_names_file_field_and_both_values(tmp_path, vocab, imdb_
     read_shard(path, {key: value for key, value in expect.items() if key != field})  # the rest agrees
 
 
-def legacy_payload(rng, count=300) -> tuple[list, list]:
-    inputs, labels = [], []
-    for _ in range(count):
-        ids = rng.integers(5, 2000, rng.integers(3, 128)).tolist()
-        label = [0] * len(ids)
-        for position in rng.choice(len(ids), max(1, len(ids) // 7), replace=False):
-            label[position], ids[position] = ids[position], 4
-        inputs.append(ids)
-        labels.append(label)
-    return inputs, labels
-
-
-@pytest.mark.parametrize("gzipped", [True, False])
-def test_legacy_shard_reads_as_packed(tmp_path, gzipped):
-    inputs, labels = legacy_payload(np.random.default_rng(1))
-    packed = msgpack.packb([item for pair in zip(inputs, labels) for item in pair])
-    path = tmp_path / ("old.msgpack.gz" if gzipped else "old.msgpack")
-    path.write_bytes(gzip.compress(packed) if gzipped else packed)
-    shard = read_shard(path, {"seq_len": 128, "vocab_size": 2000})
-    assert shard.header["format"] == "legacy" and shard.masking == "static" and len(shard) == len(inputs)
-    assert shard.seq_len == max(map(len, inputs))
-    for i, (ids, label) in enumerate(zip(inputs, labels)):
-        assert shard.sample(i).tolist() == ids
-        begin, end = shard.mask_offsets[i], shard.mask_offsets[i + 1]
-        rebuilt = [0] * len(ids)
-        for position, original in zip(shard.mask_positions[begin:end], shard.mask_labels[begin:end]):
-            rebuilt[position] = int(original)
-        assert rebuilt == label
-    with pytest.raises(ShardError, match="the vocabulary has 1000 tokens"):
-        read_shard(path, {"vocab_size": 1000})
-
-
-@pytest.mark.parametrize("damage", ["truncated", "garbage", "truncated_legacy"])
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
 def test_damaged_files_raise_shard_error_naming_the_file(tmp_path, vocab, imdb_samples, damage):
     path = tmp_path / "damaged.msgpack.gz"
     if damage == "truncated":
         whole = write_shard(tmp_path / "whole.msgpack.gz", vocab, imdb_samples).read_bytes()
         path.write_bytes(whole[:len(whole) // 2])
-    elif damage == "garbage":
-        path.write_bytes(np.random.default_rng(0).bytes(5000))
     else:
-        inputs, labels = legacy_payload(np.random.default_rng(2))
-        packed = msgpack.packb([item for pair in zip(inputs, labels) for item in pair])
-        path = tmp_path / "damaged.msgpack"
-        path.write_bytes(packed[:len(packed) // 2])
+        path.write_bytes(np.random.default_rng(0).bytes(5000))
     with pytest.raises(ShardError, match=f"^{path}: .*(truncated or corrupt)"):
         read_shard(path)
 
