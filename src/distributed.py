@@ -95,8 +95,8 @@ def all_ranks(flag: torch.Tensor) -> torch.Tensor:
 
 
 def die_with_launcher(launcher: int):
-    """A rank of launch() is killed when its launcher dies, however it dies (kill -9 too): a run
-    is never written by processes nobody controls. Linux: the kernel's parent-death signal;
+    """A rank is killed when its launcher dies, however it dies (kill -9 too): a run is never
+    written by processes nobody controls. Linux: the kernel's parent-death signal;
     elsewhere a thread that watches the parent."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -115,10 +115,10 @@ def watch_parent(launcher: int, interval: float = 0.5):
 
 
 def rank_main(run):
-    """Call run() in a rank: a UserError goes to the launcher's error file (printed there once)
-    when launch() started us, else it is raised; the process group is left either way."""
-    if LAUNCHER_VARIABLE in os.environ:
-        die_with_launcher(int(os.environ[LAUNCHER_VARIABLE]))
+    """Call run() in a rank, which dies with what started it (launch(), or torchrun's agent on this
+    machine): a UserError goes to the launcher's error file (printed there once) when launch()
+    started us, else it is raised; the process group is left either way."""
+    die_with_launcher(int(os.environ.get(LAUNCHER_VARIABLE, os.getppid())))
     error_file = os.environ.get(ERROR_FILE_VARIABLE)
     try:
         run()
@@ -127,6 +127,10 @@ def rank_main(run):
         if error_file:
             finished_file(Path(error_file)).touch()  # every rank has finished: the run is complete
     except Exception as error:
+        if not error_file and lost_a_peer(error):  # torchrun: its agent reports the exit code
+            print(f"error: rank {dist.get_rank()}: another process of the job ended ({first_line(error)}); "
+                  f"resume the job with --cp and its last checkpoint", file=sys.stderr)
+            sys.exit(1)
         if not error_file:
             raise
         if isinstance(error, UserError):
@@ -136,6 +140,22 @@ def rank_main(run):
         sys.exit(1)
     finally:
         leave()
+
+
+# What gloo and NCCL say when a peer process is gone (killed, or its machine lost).
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "remote process exited",
+             "communicator was aborted")
+
+
+def lost_a_peer(error: Exception) -> bool:
+    return isinstance(error, RuntimeError) and dist.is_initialized() and any(text in str(error) for text in PEER_LOST)
+
+
+def first_line(error: Exception) -> str:
+    """The gist of a backend's message: its first sentence, without the source location in brackets."""
+    line = str(error).strip().splitlines()[0]
+    line = line.split("] ", 1)[1] if line.startswith("[") and "] " in line else line
+    return line.split(". ", 1)[0]
 
 
 def finished_file(error_file: Path) -> Path:

@@ -1,5 +1,6 @@
 """Training in two CPU processes (gloo): the same losses as one process with twice the batch, one
-run directory, exact resume, a failed rank ends the run, and torchrun runs the same main.py."""
+run directory, exact resume, a failed rank ends the run, and torchrun runs the same main.py, on one
+machine and on two (rehearsed on loopback)."""
 import re
 import shutil
 import socket
@@ -188,6 +189,62 @@ def test_torchrun_runs_the_same_main(mlm_workdir_factory, tmp_path):
     log = (workdir / "runs" / "run0" / "logs" / "log.txt").read_text(encoding="utf-8")
     assert "x 2 processes" in log
     assert load(workdir / "runs" / "run0" / "checkpoints" / "checkpoint.pt")["step"] == 2
+
+
+def start_node(workdir: Path, port: int, job: str, *args: str, stderr=subprocess.PIPE) -> subprocess.Popen:
+    """One machine's torchrun of a two-machine job (c10d rendezvous at 127.0.0.1:port), one process."""
+    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", job,
+                             str(MAIN), *args], cwd=workdir, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+
+
+def run_two_nodes(workdir: Path, job: str, *args: str):
+    port = free_port()
+    nodes = [start_node(workdir, port, job, *args) for _ in range(2)]
+    results = [node.communicate(timeout=TIMEOUT)[1] for node in nodes]
+    assert all(node.returncode == 0 for node in nodes), results
+
+
+def children(pid: int) -> list[int]:
+    return [int(child) for task in Path(f"/proc/{pid}/task").iterdir()
+            for child in (task / "children").read_text().split()]
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="looks the processes up in /proc")
+def test_two_machines_under_torchrun_train_resume_and_end_together_when_one_is_lost(mlm_workdir_factory, tmp_path):
+    """Two torchrun launches on loopback stand for two machines: they train one run and resume it; when
+    one machine's torchrun is killed its rank goes with it (no orphan writes on), and the other
+    machine's rank ends with one line and a non-zero exit."""
+    workdir = mlm_workdir_factory(tmp_path / "work", max_iters=2, lr_decay_iters=4, warmup_iters=1,
+                                  val_interval=2, val_iters=1)
+    run_two_nodes(workdir, "train")
+    run_two_nodes(workdir, "resume", "--cp", "runs/run0/checkpoints/checkpoint.pt", "--max-iters", "3")
+    assert sorted(p.name for p in (workdir / "runs").iterdir()) == ["run0"]
+    assert "x 2 processes" in (workdir / "runs" / "run0" / "logs" / "log.txt").read_text(encoding="utf-8")
+    assert load(workdir / "runs" / "run0" / "checkpoints" / "checkpoint.pt")["step"] == 3
+
+    port, stderr_path = free_port(), tmp_path / "node0.txt"
+    with stderr_path.open("w") as stderr:
+        survivor = start_node(workdir, port, "lost", "--run-id", "lost", "--max-iters", "100000", stderr=stderr)
+    lost = start_node(workdir, port, "lost", "--run-id", "lost", "--max-iters", "100000", stderr=subprocess.DEVNULL)
+    try:
+        log = workdir / "runs" / "lost" / "logs" / "log.txt"
+        deadline = time.monotonic() + TIMEOUT
+        while not (log.exists() and "step 2 |" in log.read_text(encoding="utf-8")):
+            assert survivor.poll() is None and lost.poll() is None, stderr_path.read_text()
+            assert time.monotonic() < deadline, "training did not start"
+            time.sleep(0.2)
+        ranks = children(lost.pid)
+        lost.kill()
+        assert survivor.wait(timeout=60) != 0
+        assert not [pid for pid in ranks if Path(f"/proc/{pid}").exists() and process_state(pid) != "Z"]
+    finally:
+        for node in (survivor, lost):
+            if node.poll() is None:
+                node.kill()
+    said = stderr_path.read_text()
+    assert re.search(r"^error: rank [01]: another process of the job ended \(.+\); resume the job with --cp and "
+                     r"its last checkpoint$", said, re.MULTILINE), said
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="looks the ranks up in /proc")

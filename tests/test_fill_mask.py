@@ -3,7 +3,7 @@ import pytest
 
 import checkpoints
 import fill_mask
-from test_checkpoint import small_state
+from test_checkpoints import small_state
 
 
 def test_top_k_lists_k_candidates_per_mask(tmp_path, capsys):
