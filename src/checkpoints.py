@@ -262,6 +262,18 @@ def save_latest(directory: Path, state: dict, keep: int):
         stale.unlink()
 
 
+def keep_as(source: Path, target: Path):
+    """target := source as a second name of the same file (a copy where the file system has no hard
+    links), replaced at once: stable.pt, the last checkpoint before wsd's decay."""
+    temp = target.with_name(f".{target.name}.tmp")
+    temp.unlink(missing_ok=True)
+    try:
+        os.link(source, temp)
+    except OSError:
+        shutil.copyfile(source, temp)
+    os.replace(temp, target)
+
+
 def run_dir_of(path: Path) -> Path | None:
     """The run a checkpoint belongs to: runs/runN/checkpoints/checkpoint.pt -> runs/runN."""
     parent = path.resolve().parent

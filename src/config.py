@@ -197,8 +197,11 @@ class Config:
     warmup_ratio: float = key(0.0, "warm-up as a share of the run's steps (replaces warmup-iters); 0: warmup-iters",
                               within(0, 1, "[)"))
     lr_scheduler: str = key("cosine", "after warmup: cosine or linear decay to min-learning-rate, none (constant), "
-                                      "steplr:STEP:GAMMA; or one-cycle[:PEAK], up from min-learning-rate to the "
-                                      "peak at that share of the run (default 0.5) and down again, no warmup",
+                                      "steplr:STEP:GAMMA; one-cycle[:PEAK], up from min-learning-rate to the "
+                                      "peak at that share of the run (default 0.5) and down again, no warmup; or "
+                                      "wsd[:DECAY[:SHAPE]], constant until the last DECAY share of the run (0.2), "
+                                      "then down along 1 - sqrt (or linear), the last checkpoint before it kept "
+                                      "as stable.pt",
                             Rule(lambda value: parses(parse_scheduler, value), SCHEDULER_FORMS))
     lr_decay_iters: int = key(10_000, "the step where the decay reaches min-learning-rate (without a time budget)",
                               at_least(0))

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from config import Config
-from run_plan import parse_curriculum, parse_scheduler
+from run_plan import Schedule, parse_curriculum, parse_scheduler
 
 
 def make_optimizer(model: nn.Module, config: Config, log) -> torch.optim.AdamW:
@@ -48,6 +48,8 @@ def learning_rate(step: int, spent: float, config: Config, resumed_at: int | Non
     schedule = parse_scheduler(config.lr_scheduler)
     if schedule.name == "one-cycle":
         rate = one_cycle(run_progress(step, spent, config), schedule.peak, config)
+    elif schedule.name == "wsd":
+        rate = warmup(step, config) * warmup_stable_decay(run_progress(step, spent, config), schedule, config)
     elif schedule.name in ("cosine", "linear"):
         decay = cosine_decay if schedule.name == "cosine" else linear_decay
         rate = warmup(step, config) * decay(decay_progress(step, spent, config), config)
@@ -90,6 +92,23 @@ def cosine_decay(progress: float, config: Config) -> float:
 def linear_decay(progress: float, config: Config) -> float:
     """learning-rate at progress 0 down to min-learning-rate at 1 along a straight line."""
     return config.learning_rate - progress * (config.learning_rate - config.min_learning_rate)
+
+
+def warmup_stable_decay(progress: float, schedule: Schedule, config: Config) -> float:
+    """learning-rate until the last `decay` share of the run, then down to min-learning-rate at its
+    end along 1 - sqrt (Hägele et al. 2024, as ModernBERT and Ettin decay) or a straight line. Any
+    checkpoint of the stable phase can be decayed into a finished model, or trained on for longer."""
+    into = (progress - (1 - schedule.decay)) / schedule.decay
+    if into <= 0:
+        return config.learning_rate
+    left = 1 - (math.sqrt(into) if schedule.shape == "sqrt" else into)
+    return config.min_learning_rate + left * (config.learning_rate - config.min_learning_rate)
+
+
+def in_stable_phase(step: int, spent: float, config: Config) -> bool:
+    """Whether the rate at `step` is wsd's constant one, the decay not begun."""
+    schedule = parse_scheduler(config.lr_scheduler)
+    return schedule.name == "wsd" and run_progress(step, spent, config) < 1 - schedule.decay
 
 
 def one_cycle(progress: float, peak: float, config: Config) -> float:

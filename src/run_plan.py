@@ -19,15 +19,19 @@ def duration_seconds(text: str) -> float | None:
 
 
 class Schedule(NamedTuple):
-    """An lr-scheduler value read: its name and arguments (steplr's step and gamma, one-cycle's peak)."""
+    """An lr-scheduler value read: its name and arguments (steplr's step and gamma, one-cycle's peak,
+    wsd's decay share and shape)."""
     name: str
     step: int = 0
     gamma: float = 1.0
     peak: float = 0.5
+    decay: float = 0.2  # 20% with 1 - sqrt matches a cosine's loss (Hägele et al. 2024)
+    shape: str = "sqrt"
 
 
-SCHEDULER_FORMS = ("cosine, linear, none (constant), steplr:STEP:GAMMA (STEP a positive integer, GAMMA in (0, 1]) "
-                   "or one-cycle[:PEAK] (PEAK in (0, 1))")
+WSD_SHAPES = ("sqrt", "linear")
+SCHEDULER_FORMS = ("cosine, linear, none (constant), steplr:STEP:GAMMA (STEP a positive integer, GAMMA in (0, 1]), "
+                   "one-cycle[:PEAK] (PEAK in (0, 1)) or wsd[:DECAY[:SHAPE]] (DECAY in (0, 1], SHAPE sqrt or linear)")
 
 
 def parses(parse: Callable[[str], Any], text: str) -> bool:
@@ -41,7 +45,8 @@ def parses(parse: Callable[[str], Any], text: str) -> bool:
 
 
 def parse_scheduler(text: str) -> Schedule:
-    """The Schedule of 'cosine', 'linear', 'none', 'steplr:STEP:GAMMA' or 'one-cycle[:PEAK]'."""
+    """The Schedule of 'cosine', 'linear', 'none', 'steplr:STEP:GAMMA', 'one-cycle[:PEAK]' or
+    'wsd[:DECAY[:SHAPE]]'."""
     name, *arguments = text.strip().lower().split(":")
     try:
         if name in ("cosine", "linear", "none") and not arguments:
@@ -54,6 +59,11 @@ def parse_scheduler(text: str) -> Schedule:
             peak = float(arguments[0]) if arguments else Schedule._field_defaults["peak"]
             if 0 < peak < 1:
                 return Schedule(name, peak=peak)
+        if name == "wsd" and len(arguments) <= 2:
+            decay = float(arguments[0]) if arguments else Schedule._field_defaults["decay"]
+            shape = arguments[1] if len(arguments) == 2 else Schedule._field_defaults["shape"]
+            if 0 < decay <= 1 and shape in WSD_SHAPES:
+                return Schedule(name, decay=decay, shape=shape)
     except ValueError:
         pass
     raise ValueError(f"not a scheduler: {text!r}")

@@ -25,7 +25,7 @@ from config import Config
 from run_plan import parse_target
 from errors import UserError
 from model import flops_per_token
-from optimizer import learning_rate, micro_batches, sequence_length
+from optimizer import in_stable_phase, learning_rate, micro_batches, sequence_length
 from run_start import Run, RunStarter
 from stop_request import StopRequest
 from task import Task
@@ -137,11 +137,15 @@ class Trainer:
         budget = self.config.budget_seconds
         return run.step >= self.config.max_iters or bool(budget and run.elapsed >= budget)
 
+    def budget_spent(self, run: Run) -> float:
+        """The share of time-budget trained so far (0 without one): what the schedules follow."""
+        budget = self.config.budget_seconds
+        return run.elapsed / budget if budget else 0.0
+
     def train_step(self, run: Run, batches, meter: "Throughput"):
         """One optimizer step over its micro-batches (grad-accum-steps, or batch-ramp's), of rows of
         seq-len (or seq-len-curriculum's); no host sync."""
-        config, budget = self.config, self.config.budget_seconds
-        spent = run.elapsed / budget if budget else 0.0
+        config, spent = self.config, self.budget_spent(run)
         run.lr = learning_rate(run.step, spent, config, run.resumed_at)
         accumulation = micro_batches(run.step, spent, config)
         length = sequence_length(run.step, spent, config)
@@ -261,6 +265,8 @@ class Trainer:
                 checkpoints.save(directory / "best.pt", state)
             else:
                 checkpoints.save_latest(directory, state, self.config.max_checkpoints)
+                if in_stable_phase(run.step, self.budget_spent(run), self.config):
+                    checkpoints.keep_as(directory / "checkpoint.pt", directory / "stable.pt")
         if torch.distributed.is_initialized():
             torch.distributed.barrier()
 

@@ -9,7 +9,7 @@ import pytest
 from config import Config
 from errors import UserError
 from model import BertForSequenceClassification, ModelConfig
-from optimizer import learning_rate, make_optimizer, micro_batches, sequence_length, with_run_length
+from optimizer import in_stable_phase, learning_rate, make_optimizer, micro_batches, sequence_length, with_run_length
 
 
 def test_cosine_warms_up_linearly_then_decays_to_the_minimum():
@@ -114,6 +114,21 @@ def test_one_cycle_rises_to_the_peak_at_its_share_of_the_run_then_falls_to_the_f
     budget = dataclasses.replace(config, lr_scheduler="one-cycle", time_budget="10m")  # the peak at half by default
     assert [learning_rate(7, spent, budget) for spent in (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)] == pytest.approx(
         [1e-4, 5.5e-4, 1e-3, 5.5e-4, 1e-4, 1e-4])
+
+
+def test_wsd_holds_the_rate_then_decays_over_its_share_along_one_minus_sqrt():
+    config = Config(lr_scheduler="wsd:0.25", learning_rate=1e-3, min_learning_rate=1e-4, warmup_iters=10,
+                    lr_decay_iters=100)
+    rates = [learning_rate(step, 0.0, config) for step in range(111)]
+    assert rates[0] == pytest.approx(1e-3 / 11) and rates[10:76] == [pytest.approx(1e-3)] * 66
+    assert rates[91] == pytest.approx(1e-4 + (1 - (16 / 25) ** 0.5) * 9e-4)  # 1 - sqrt, 16 of its 25 steps in
+    assert rates[100:] == [pytest.approx(1e-4)] * 11
+    linear = dataclasses.replace(config, lr_scheduler="wsd:0.25:linear")
+    assert learning_rate(91, 0.0, linear) == pytest.approx(1e-4 + (9 / 25) * 9e-4)
+    budget = dataclasses.replace(config, time_budget="10m")  # the share of the time spent
+    assert [learning_rate(50, spent, budget) for spent in (0.5, 0.75, 1.0)] == pytest.approx([1e-3, 1e-3, 1e-4])
+    assert [in_stable_phase(step, 0.0, config) for step in (0, 74, 75, 100)] == [True, True, False, False]
+    assert not in_stable_phase(0, 0.0, dataclasses.replace(config, lr_scheduler="cosine"))
 
 
 @pytest.mark.parametrize("value", ["one-cycle:0", "one-cycle:1", "one-cycle:x", "one-cycle:0.3:2", "linear:5",

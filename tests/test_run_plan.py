@@ -18,13 +18,16 @@ def test_what_is_not_a_duration_reads_as_none(text):
 @pytest.mark.parametrize("text, schedule", [
     ("cosine", Schedule("cosine")), ("Linear", Schedule("linear")), ("none", Schedule("none")),
     ("steplr:500:0.5", Schedule("steplr", step=500, gamma=0.5)),
-    ("one-cycle", Schedule("one-cycle", peak=0.5)), ("one-cycle:0.3", Schedule("one-cycle", peak=0.3))])
+    ("one-cycle", Schedule("one-cycle", peak=0.5)), ("one-cycle:0.3", Schedule("one-cycle", peak=0.3)),
+    ("wsd", Schedule("wsd", decay=0.2, shape="sqrt")), ("WSD:0.1", Schedule("wsd", decay=0.1)),
+    ("wsd:1:linear", Schedule("wsd", decay=1.0, shape="linear"))])
 def test_schedulers_read_with_their_arguments(text, schedule):
     assert parse_scheduler(text) == schedule
 
 
 @pytest.mark.parametrize("text", ["cosine:2", "steplr", "steplr:0:0.5", "steplr:10:1.5", "steplr:x:0.5",
-                                  "one-cycle:1", "one-cycle:0", "one-cycle:0.2:0.3", "triangle"])
+                                  "one-cycle:1", "one-cycle:0", "one-cycle:0.2:0.3", "triangle", "wsd:0", "wsd:1.5",
+                                  "wsd:0.2:cosine", "wsd:0.2:sqrt:1"])
 def test_a_scheduler_out_of_its_forms_is_a_value_error(text):
     with pytest.raises(ValueError, match="not a scheduler"):
         parse_scheduler(text)

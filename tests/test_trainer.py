@@ -495,3 +495,12 @@ def test_test_flag_prints_and_saves_test_metrics(mlm_trained_run, monkeypatch, c
     assert 20 / vocab_size < metrics["test_accuracy"] < 1
     saved = Path(f"runs/run0/test_metrics_step{step}.json")
     assert json.loads(saved.read_text(encoding="utf-8")) == metrics
+
+
+def test_wsd_keeps_the_last_checkpoint_before_its_decay_as_stable_pt(mlm_workdir):
+    run_dir = main.run(main.load_config(None, ["--lr-scheduler", "wsd:0.5", "--max-iters", "6", "--lr-decay-iters", "6",
+                                               "--warmup-iters", "1", "--val-interval", "2"]), None, False)
+    directory = run_dir / "checkpoints"
+    # Saved at steps 2, 4 and 6; the decay takes the second half of the run, from step 3 on.
+    assert load(directory / "stable.pt")["step"] == 2 and load(directory / "checkpoint.pt")["step"] == 6
+    assert not list(directory.glob(".*"))
