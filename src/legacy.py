@@ -36,6 +36,7 @@ def current_value(name: str, text: str) -> str:
     """A value as this program spells it."""
     return VALUE_ALIASES.get(name, {}).get(text.strip().lower(), text)
 
+
 SHARD_FORMAT = "legacy"
 ARTICLES_FORMAT = "article-arrays"
 SAMPLES_PER_CHUNK = 4096
