@@ -1,8 +1,7 @@
 """Variants end to end through main.py: pre-norm + rotary + GEGLU trains and says so in its
-checkpoint, what does not fit is refused, older checkpoints load (the causal LM: test_clm_task.py)."""
+checkpoint, and what does not fit is refused."""
 
 import pytest
-import torch
 
 import main
 import hardware
@@ -44,17 +43,3 @@ def test_sentence_objective_needs_masked_lm(mlm_workdir, capsys):
         main.main(["--task-type", "clm", "--sentence-objective", "nsp"])
     assert exit_info.value.code == 2
     assert "sentence-objective = nsp goes with task-type = mlm, not clm" in capsys.readouterr().err
-
-
-def test_old_checkpoints_without_variant_keys_still_load(mlm_workdir):
-    # Checkpoints from before the variant keys were all BERT's architecture; the defaults now differ.
-    run_dir = main.run(main.load_config(None, ["--max-iters", "2", "--norm", "postln", "--position", "learned"]),
-                       None, False)
-    path = run_dir / "checkpoints" / "checkpoint.pt"
-    checkpoint = load(path)
-    for key in ("norm", "position", "feed_forward", "causal", "sentence_classes"):
-        del checkpoint["model_config"][key]
-    del checkpoint["checksum"]  # nor did they hold a checksum
-    torch.save(checkpoint, path)
-    main.run(main.load_config(None, ["--max-iters", "3"]), path, False)
-    assert load(path)["step"] == 3
