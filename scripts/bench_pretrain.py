@@ -15,7 +15,7 @@ no warmup, gradient clip 1, float32, 15% masking shown 80/10/10 (DataCollatorFor
 Any of those can be changed with its option. The samples are this program's training shards of --config
 (the same packed 128-token rows, the held-out documents held out); run_mlm.py would cut the same text
 into the same rows with group_texts. -o DIR gets the transformers directory (DIR/hf) and the checkpoint
-(DIR/checkpoint.pt, scripts/import_hf.py's conversion).
+(DIR/checkpoint.pt, hf_import.py's conversion).
 """
 import argparse
 import sys
@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "scripts"))
-import import_hf  # noqa: E402
+import hf_import  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from ini import load_config  # noqa: E402
 from lm_data import split_pattern  # noqa: E402
@@ -100,7 +100,7 @@ def pretrain(args, config) -> Path:
     print(f"{args.max_steps} steps x {args.batch_size} x {config.seq_len} in {time.perf_counter() - started:.0f} s")
     run.save_model(str(output / "hf"))
     tokenizer.save_pretrained(str(output / "hf"))
-    import_hf.convert(output / "hf", output / "checkpoint.pt")
+    hf_import.convert(output / "hf", output / "checkpoint.pt")
     print(f"wrote {output / 'hf'} and {output / 'checkpoint.pt'}")
     return output / "checkpoint.pt"
 

@@ -2,7 +2,7 @@
 reading it (tensors and plain types only), whether it fits a model, and rotation.
 
 A checkpoint is a dict saved with torch.save. Its "optimizer" is None for a starting point
-(scripts/import_hf.py's output) rather than a run to resume.
+(hf_import.py's output) rather than a run to resume.
 """
 import hashlib
 import os

@@ -18,6 +18,7 @@ from conftest import make_mlm_workdir, one_error_line, prepare_mlm_base_dir
 import export_hf
 import pair_encoding
 import hf_export
+import hf_import
 import import_hf
 import main
 import make_demo
@@ -305,7 +306,7 @@ def test_the_model_card_says_architecture_training_and_how_to_load(trained, tmp_
 def test_an_export_imports_back_to_the_same_weights(trained, name, tmp_path):
     path = trained(name)
     original = checkpoints.load(path)
-    result = import_hf.convert(exported(path, tmp_path / "hf"), tmp_path / "back.pt")
+    result = hf_import.convert(exported(path, tmp_path / "hf"), tmp_path / "back.pt")
     assert result == {"task": original["task"], "unused": [], "fresh": []}
     back = checkpoints.load(tmp_path / "back.pt")
     assert set(back["model"]) == set(original["model"])
@@ -318,7 +319,7 @@ def test_an_export_imports_back_to_the_same_weights(trained, name, tmp_path):
 
 def test_electra_imports_back_as_the_encoder_fine_tuning_starts_from(trained, tmp_path):
     path = trained("electra-preln-rope")
-    result = import_hf.convert(exported(path, tmp_path / "hf"), tmp_path / "back.pt")
+    result = hf_import.convert(exported(path, tmp_path / "hf"), tmp_path / "back.pt")
     assert result["task"] == "encoder" and sorted(result["unused"]) == [f"detector.{i}.{kind}" for i in (0, 2)
                                                                           for kind in ("bias", "weight")]
     back, original = checkpoints.load(tmp_path / "back.pt")["model"], checkpoints.load(path)["model"]
@@ -328,12 +329,12 @@ def test_electra_imports_back_as_the_encoder_fine_tuning_starts_from(trained, tm
 def test_a_bert_directory_with_only_tokenizer_json_imports(trained, tmp_path):
     directory = exported(trained("clm-bert"), tmp_path / "hf")
     (directory / "vocab.txt").unlink()
-    import_hf.convert(directory, tmp_path / "back.pt")
+    hf_import.convert(directory, tmp_path / "back.pt")
     assert checkpoints.load(tmp_path / "back.pt")["vocab"] == checkpoints.load(trained("clm-bert"))["vocab"]
 
 
 def test_an_imported_export_fine_tunes_and_exports_again(trained, workdir, tmp_path):
-    import_hf.convert(exported(trained("mlm-preln-rope-geglu"), tmp_path / "hf"), tmp_path / "imported.pt")
+    hf_import.convert(exported(trained("mlm-preln-rope-geglu"), tmp_path / "hf"), tmp_path / "imported.pt")
     fine_tuned = train(workdir, ["--task-type", "sst2"], tmp_path / "imported.pt")
     directory = exported(fine_tuned, tmp_path / "again")
     assert loaded(AutoModelForSequenceClassification, directory).config.norm == "preln"

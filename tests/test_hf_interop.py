@@ -12,6 +12,7 @@ from transformers import BertConfig, BertForMaskedLM as TheirMaskedLM, BertForSe
 from transformers import AutoModel, AutoTokenizer, BertForPreTraining as TheirPreTraining, BertModel, BertTokenizerFast
 
 import export_hf
+import hf_import
 import import_hf
 import main
 import make_demo
@@ -121,7 +122,7 @@ def test_imported_mlm_matches_transformers_and_round_trips(vocab_dir, tmp_path, 
 def test_pretraining_model_with_nsp_head_round_trips(vocab_dir, tmp_path):
     """bert-base-uncased is published as BertForPreTraining: MLM head, pooler and NSP head."""
     theirs = random_bert(TheirPreTraining, vocab_dir, tmp_path / "hf")
-    assert import_hf.convert(tmp_path / "hf", tmp_path / "ours.pt") == {"task": "mlm", "unused": [], "fresh": []}
+    assert hf_import.convert(tmp_path / "hf", tmp_path / "ours.pt") == {"task": "mlm", "unused": [], "fresh": []}
     ours, _, checkpoint = restore_model(tmp_path / "ours.pt", {"mlm": BertForPreTraining})
     assert checkpoint["config"]["sentence-objective"] == "nsp"
     ids = torch.randint(5, checkpoint["model_config"]["vocab_size"], (3, 40))
@@ -141,7 +142,7 @@ def test_pretraining_model_with_nsp_head_round_trips(vocab_dir, tmp_path):
 
 def test_imported_encoder_only_model_keeps_hidden_states(vocab_dir, tmp_path):
     theirs = random_bert(BertModel, vocab_dir, tmp_path / "hf")
-    result = import_hf.convert(tmp_path / "hf", tmp_path / "encoder.pt")
+    result = hf_import.convert(tmp_path / "hf", tmp_path / "encoder.pt")
     assert result["task"] == "encoder" and result["fresh"] == ["classifier.weight", "classifier.bias"]
     checkpoint = load_checkpoint(tmp_path / "encoder.pt")
     ours = BertForSequenceClassification(ModelConfig(**checkpoint["model_config"])).eval()
@@ -175,10 +176,10 @@ def test_a_truncated_safetensors_file_is_one_line(vocab_dir, tmp_path, capsys):
 def test_import_errors_name_the_file(tmp_path, vocab_dir):
     (tmp_path / "config.json").write_text('{"model_type": "roberta"}')
     with pytest.raises(UserError, match="config.json: model_type is 'roberta'"):
-        import_hf.convert(tmp_path, tmp_path / "x.pt")
+        hf_import.convert(tmp_path, tmp_path / "x.pt")
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(UserError, match="config.json: cannot read"):
-        import_hf.convert(tmp_path, tmp_path / "x.pt")
+        hf_import.convert(tmp_path, tmp_path / "x.pt")
     assert not (tmp_path / "x.pt").exists()
 
 
@@ -187,8 +188,8 @@ def test_training_starts_from_imported_checkpoints(mlm_trained_run, vocab_dir, r
     BertForMaskedLM is fine-tuned on SST-2. Neither is mistaken for a run to resume."""
     random_bert(BertModel, vocab_dir, tmp_path / "encoder")
     random_bert(TheirMaskedLM, vocab_dir, tmp_path / "mlm")
-    import_hf.convert(tmp_path / "encoder", tmp_path / "encoder.pt")
-    import_hf.convert(tmp_path / "mlm", tmp_path / "mlm.pt")
+    hf_import.convert(tmp_path / "encoder", tmp_path / "encoder.pt")
+    hf_import.convert(tmp_path / "mlm", tmp_path / "mlm.pt")
     base = tmp_path / "base"
     shutil.copytree(mlm_trained_run / "vocab", base / "vocab")
     shutil.copytree(mlm_trained_run / "datasets", base / "datasets")
@@ -289,7 +290,7 @@ def test_a_tokenizer_json_token_with_a_line_break_is_one_line_on_import(tmp_path
 
 def test_fine_tuning_refuses_a_vocabulary_that_cases_otherwise(vocab_dir, tmp_path):
     random_bert(TheirMaskedLM, vocab_dir, tmp_path / "hf")
-    import_hf.convert(tmp_path / "hf", tmp_path / "ours.pt")
+    hf_import.convert(tmp_path / "hf", tmp_path / "ours.pt")
     checkpoint = load_checkpoint(tmp_path / "ours.pt")
     shutil.copy(vocab_dir / "vocab.txt", tmp_path / "vocab.txt")
     write_tokenizer_config(tmp_path, lowercase=False)
@@ -320,7 +321,7 @@ def test_a_bad_config_json_is_one_line_before_the_weights_are_read(vocab_dir, tm
     edit, message = BAD_CONFIGS[case]
     config_file = tmp_path / "hf" / "config.json"
     config_file.write_text(json.dumps(edit(json.loads(config_file.read_text()))))
-    monkeypatch.setattr(import_hf, "read_weights", lambda directory: pytest.fail("read the weights"))
+    monkeypatch.setattr(hf_import, "read_weights", lambda directory: pytest.fail("read the weights"))
     line = one_error_line(capsys, lambda: import_hf.main(["-i", str(tmp_path / "hf"), "-o", str(tmp_path / "x.pt")]))
     assert line == f"error: {config_file}: {message}"
     assert not (tmp_path / "x.pt").exists()
@@ -330,7 +331,7 @@ def test_a_model_larger_than_the_memory_is_refused_saying_its_size(vocab_dir, tm
     random_bert(TheirMaskedLM, vocab_dir, tmp_path / "hf")
     config_file = tmp_path / "hf" / "config.json"
     config_file.write_text(json.dumps(json.loads(config_file.read_text()) | {"intermediate_size": 10**9}))
-    monkeypatch.setattr(import_hf, "read_weights", lambda directory: pytest.fail("read the weights"))
+    monkeypatch.setattr(hf_import, "read_weights", lambda directory: pytest.fail("read the weights"))
     line = one_error_line(capsys, lambda: import_hf.main(["-i", str(tmp_path / "hf"), "-o", str(tmp_path / "x.pt")]))
     assert line.startswith(f"error: {config_file} (vocab_size 2000, max_position_embeddings 128, hidden_size 64, "
                            "num_hidden_layers 2, intermediate_size 1000000000, type_vocab_size 2): the model would "

@@ -1,0 +1,206 @@
+"""Import: a Hugging Face directory (a transformers BERT, an ELECTRA discriminator, or what
+hf_export.py wrote) as a checkpoint of ours, its architecture and task read from config.json and its
+weights (scripts/import_hf.py is the command line). The counterpart of hf_export.py."""
+import warnings
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+import checkpoints
+from config import CLASSIFICATION_TASKS, Config
+from errors import UserError
+from hardware import check_fits_memory
+from hf_export import VARIANT_FIELDS
+from hf_weights import from_hf
+from model import (BertForCausalLM, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification,
+                   ModelConfig, parameter_count)
+from vocab import Vocab, load_tokenizer_json, load_vocab, read_json_object
+
+# What each model type must have to be ours: transformers' BERT, ELECTRA's discriminator (the same
+# encoder), and the directories export_hf.py writes for the other architectures.
+NATIVE_CHECKS = {"hidden_act": "gelu", "position_embedding_type": "absolute"}
+MODEL_TYPES = ("bert", "electra", "bert-variant")
+# export_hf.py's classes for the other architectures, and the task each holds.
+VARIANT_TASKS = {"BertVariantForMaskedLM": "mlm", "BertVariantForPreTraining": "mlm", "BertVariantForCausalLM": "clm",
+                 "BertVariantForSequenceClassification": "classify", "BertVariantModel": "encoder"}
+MODEL_CLASSES = {"mlm": BertForMaskedLM, "clm": BertForCausalLM, "encoder": BertForSequenceClassification}
+# config.json's key for each ModelConfig field of the shape: transformers' names, or (an export of
+# ours) ModelConfig's own.
+NATIVE_SHAPE = {"vocab_size": "vocab_size", "max_len": "max_position_embeddings", "d_model": "hidden_size",
+                "heads": "num_attention_heads", "n_layer": "num_hidden_layers", "d_ff": "intermediate_size",
+                "segments": "type_vocab_size"}
+VARIANT_SHAPE = {field: field for field in NATIVE_SHAPE}
+
+
+def read_config(directory: Path) -> dict:
+    path = directory / "config.json"
+    config = read_json_object(path, "the model's settings")
+    if config.get("model_type") not in MODEL_TYPES:
+        raise UserError(f"{path}: model_type is {config.get('model_type')!r}; this program reads "
+                        f"{', '.join(MODEL_TYPES)}")
+    check_shape(path, config)
+    width = config.get("hidden_size")
+    if config["model_type"] == "electra" and config.get("embedding_size", width) != width:
+        raise UserError(f"{path}: embedding_size {config['embedding_size']} differs from hidden_size {width}; "
+                        f"this program's embeddings are as wide as its layers")
+    for key, expected in NATIVE_CHECKS.items():
+        if config["model_type"] != "bert-variant" and config.get(key, expected) != expected:
+            raise UserError(f"{path}: {key} is {config[key]!r}; this program's BERT has {expected!r}")
+    if not isinstance(config.get("id2label", {}), dict):
+        raise UserError(f"{path}: id2label is a {type(config['id2label']).__name__}; expected an object")
+    return config
+
+
+def shape_keys(config: dict) -> dict[str, str]:
+    """config.json's key for each ModelConfig field of the shape."""
+    return VARIANT_SHAPE if config["model_type"] == "bert-variant" else NATIVE_SHAPE
+
+
+def check_shape(path: Path, config: dict):
+    """Each size a whole number above 0 (the segment vocabulary may be left out), the heads dividing
+    the width: named by key before anything of that size is allocated."""
+    keys = shape_keys(config)
+    for field, key in keys.items():
+        value = config.get(key)
+        if value is None and field == "segments":
+            continue
+        if value is None:
+            raise UserError(f"{path}: {key} is missing")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UserError(f"{path}: {key} is {value!r}; expected a whole number above 0")
+    if config[keys["d_model"]] % config[keys["heads"]]:
+        raise UserError(f"{path}: {keys['d_model']} {config[keys['d_model']]} is not divisible by "
+                        f"{keys['heads']} {config[keys['heads']]}")
+
+
+def read_vocab(directory: Path) -> Vocab:
+    """vocab.txt, or the WordPiece vocabulary inside tokenizer.json; lower-casing as the directory's
+    tokenizer files say."""
+    if (directory / "vocab.txt").is_file() or not (directory / "tokenizer.json").is_file():
+        return load_vocab(directory)
+    return load_tokenizer_json(directory / "tokenizer.json")
+
+
+def read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    if (directory / "model.safetensors").is_file():
+        try:
+            return load_file(directory / "model.safetensors")
+        except Exception as error:  # safetensors raises its own kind for a truncated or damaged file
+            raise UserError(f"{directory / 'model.safetensors'}: not readable ({error})") from None
+    if (directory / "pytorch_model.bin").is_file():
+        try:
+            with warnings.catch_warnings():  # torch warns about a refused pickle too: the error line says it
+                warnings.simplefilter("ignore")
+                return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        except Exception as error:  # torch raises many kinds for a bad file
+            raise UserError(f"{directory / 'pytorch_model.bin'}: not readable ({error.__class__.__name__})") from None
+    raise UserError(f"{directory}: no model.safetensors or pytorch_model.bin")
+
+
+def architecture_of(path: Path, config: dict, vocab: Vocab, task: str, weights: dict) -> ModelConfig:
+    """The ModelConfig config.json describes; a value ModelConfig refuses is one line naming the file."""
+    shape = {field: config[key] for field, key in shape_keys(config).items() if key in config}
+    common = {"pad_id": vocab.pad_id, "causal": task == "clm", "num_labels": len(config.get("id2label", {})) or 2}
+    if config["model_type"] == "bert-variant":
+        settings = {name: config[name] for name in VARIANT_FIELDS if name in config}
+    else:
+        settings = {"dropout": config.get("hidden_dropout_prob", 0.1),
+                    "layer_norm_eps": config.get("layer_norm_eps", 1e-12),
+                    "sentence_classes": 2 if task == "mlm" and "pooler.weight" in weights else 0}
+    try:
+        return ModelConfig(**settings | shape | common)
+    except (TypeError, ValueError) as error:
+        raise UserError(f"{path}: {error}") from None
+
+
+def check_size(path: Path, config: dict, architecture: ModelConfig, memory_limit: float | None):
+    """The weights, held twice while converting, must fit the machine: refused before reading them."""
+    keys = [key for field, key in shape_keys(config).items() if field != "heads" and key in config]
+    source = f"{path} ({', '.join(f'{key} {config[key]}' for key in keys)})"
+    check_fits_memory(parameter_count(architecture), copies=2, limit_gib=memory_limit, source=source,
+                      flag="--memory-limit-gib")
+
+
+def task_of(config: dict, weights: dict) -> str:
+    """What the directory holds: a classifier (its fine-tuning task, when it is one of ours), a
+    causal LM, an MLM model (with a pooler and sentence head: BertForPreTraining, as
+    bert-base-uncased is published), or an encoder alone (ELECTRA's discriminator too)."""
+    if config.get("replaced_token_detection"):
+        task = "encoder"
+    elif config["model_type"] == "bert-variant":
+        task = VARIANT_TASKS.get((config.get("architectures") or ["BertVariantModel"])[0], "encoder")
+    elif "classifier.weight" in weights:
+        task = "classify"
+    elif "head.bias" in weights:
+        task = "clm" if config.get("is_decoder") else "mlm"
+    else:
+        task = "encoder"
+    if task == "classify":
+        return config["finetuning_task"] if config.get("finetuning_task") in CLASSIFICATION_TASKS else "sst2"
+    return task
+
+
+def model_class(task: str, architecture: ModelConfig) -> type:
+    if task == "mlm" and architecture.sentence_classes:
+        return BertForPreTraining
+    return MODEL_CLASSES.get(task, BertForSequenceClassification)
+
+
+def check_shapes(directory: Path, weights: dict, model) -> None:
+    """config.json must describe the weights (hidden_size 128 over 64-wide weights does not)."""
+    own = model.state_dict()
+    for name, tensor in weights.items():
+        if name in own and own[name].shape != tensor.shape:
+            raise UserError(f"{directory / 'config.json'}: does not fit the weights: {name} has shape "
+                            f"{list(tensor.shape)} in them, {list(own[name].shape)} by config.json")
+
+
+def our_weights(config: dict, weights: dict) -> tuple[dict, list[str]]:
+    """The weights under our names, and those we have no use for."""
+    if config["model_type"] != "bert-variant":
+        return from_hf(weights)
+    if "head.bias" in weights:
+        weights["head.token_embedding.weight"] = weights["encoder.embeddings.token.weight"]
+    return weights, []
+
+
+def check_output(output: Path):
+    if output.is_dir():
+        raise UserError(f"-o {output}: a directory; -o takes the checkpoint file to write")
+    if not output.parent.is_dir():
+        raise UserError(f"-o {output}: the folder {output.parent} does not exist")
+
+
+def convert(directory: Path, output: Path, memory_limit: float | None = None) -> dict:
+    """memory_limit: GiB the model may take (None: this machine's memory)."""
+    check_output(output)
+    config_file = directory / "config.json"
+    config = read_config(directory)
+    vocab = read_vocab(directory)
+    if vocab.size != config["vocab_size"]:
+        raise UserError(f"{directory}: the vocabulary has {vocab.size} tokens but config.json says "
+                        f"{config['vocab_size']}")
+    check_size(config_file, config, architecture_of(config_file, config, vocab, "encoder", {}), memory_limit)
+    weights, unused = our_weights(config, read_weights(directory))
+    task = task_of(config, weights)
+    architecture = architecture_of(config_file, config, vocab, task, weights)
+    with torch.device("meta"):  # names and shapes only: the weights are the file's
+        model = model_class(task, architecture)(architecture)
+    check_shapes(directory, weights, model)
+    missing = [name for name in model.state_dict() if name not in weights]
+    unexpected = [name for name in weights if name not in model.state_dict()]
+    if any(name.startswith("encoder.") for name in missing + unexpected):
+        raise UserError(f"{directory}: weights do not fit a BERT: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    kept = {name: tensor for name, tensor in weights.items() if name not in unexpected}  # ELECTRA's detector
+    settings = Config(task_type="mlm" if task == "encoder" else task, seq_len=architecture.max_len,
+                      d_model=architecture.d_model, heads=architecture.heads,
+                      n_layer=architecture.n_layer, d_ff=architecture.d_ff,
+                      num_labels=architecture.num_labels, dropout=architecture.dropout,
+                      norm=architecture.norm, position=architecture.position,
+                      feed_forward=architecture.feed_forward, pooling=architecture.pooling,
+                      sentence_objective="nsp" if architecture.sentence_classes else "none")
+    checkpoints.save(output, checkpoints.make_state(task=task, weights=kept, model_config=architecture, vocab=vocab,
+                                                    config=settings.to_dict(), imported_from=str(directory)))
+    fresh = [name for name in missing if not name.startswith("encoder.")]
+    return {"task": task, "unused": unused + unexpected, "fresh": fresh}
