@@ -249,12 +249,7 @@ def save_latest(directory: Path, state: dict, keep: int):
         if keep > 1 and latest.exists():
             # mmap: reads the step without loading the tensors
             step = torch.load(latest, map_location="cpu", weights_only=True, mmap=True)["step"]
-            previous = directory / f"checkpoint-{step}.pt"
-            previous.unlink(missing_ok=True)
-            try:
-                os.link(latest, previous)
-            except OSError:  # a file system without hard links
-                shutil.copyfile(latest, previous)
+            keep_as(latest, directory / f"checkpoint-{step}.pt")
 
     atomic_write(latest, lambda temp: save_to_file(state, temp, latest), before_rename=keep_previous)
     older = sorted(directory.glob("checkpoint-*.pt"), key=lambda p: int(p.stem.split("-")[1]))
@@ -264,14 +259,14 @@ def save_latest(directory: Path, state: dict, keep: int):
 
 def keep_as(source: Path, target: Path):
     """target := source as a second name of the same file (a copy where the file system has no hard
-    links), replaced at once: stable.pt, the last checkpoint before wsd's decay."""
-    temp = target.with_name(f".{target.name}.tmp")
-    temp.unlink(missing_ok=True)
-    try:
-        os.link(source, temp)
-    except OSError:
-        shutil.copyfile(source, temp)
-    os.replace(temp, target)
+    links), written as every file is: a rotated checkpoint-STEP.pt, or stable.pt (the last before
+    wsd's decay)."""
+    def link(temp: Path):
+        try:
+            os.link(source, temp)
+        except OSError:
+            shutil.copyfile(source, temp)
+    atomic_write(target, link)
 
 
 def run_dir_of(path: Path) -> Path | None:
