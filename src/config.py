@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 from errors import UserError
-import legacy
 from run_plan import SCHEDULER_FORMS, duration_seconds, parse_curriculum, parse_scheduler, parse_target, parses
 
 
@@ -344,7 +343,10 @@ BOOLEANS = {"true": True, "yes": True, "on": True, "1": True,
 def known_name(key: str, origin: str | None) -> str | None:
     """Field name for an INI key or option (case-insensitive, '_' = '-'); None for a key of the
     original project's files that means nothing here (accepted, then left out); else a UserError."""
-    name = legacy.current_name(key.strip().lower().replace("-", "_"))
+    name = key.strip().lower().replace("-", "_")
+    if name not in FIELD_TYPES:
+        import legacy  # read only for a key of the original project's files
+        name = legacy.current_name(name)
     if name is None or name in FIELD_TYPES:
         return name
     ini_key = name.replace("_", "-")
@@ -359,7 +361,8 @@ def known_name(key: str, origin: str | None) -> str | None:
 def typed_value(name: str, value: Any, origin: str) -> Any:
     """Convert text (or an already typed value) to the field's type, or a UserError."""
     kind = FIELD_TYPES[name]
-    if isinstance(value, str):
+    if kind is str and isinstance(value, str) and name in RULES and not RULES[name].check(value):
+        import legacy  # read only for a value this program spells otherwise
         value = legacy.current_value(name, value)
     try:
         return convert(kind, value)

@@ -1,7 +1,8 @@
 """What the original BERT project (the one this program re-imagines) left on its users' disks, read here
 and nowhere else: its other key and value names and the keys it had that mean nothing now
 (current_name, current_value: config.py's), its msgpack shards and its GPT article arrays
-(article_files and read: lm_data.py's, as the flat arrays shards.from_arrays makes a Shard of)."""
+(article_files and read: lm_data.py's, as the flat arrays shards.from_arrays makes a Shard of).
+Imported only where one of them is met, so a run on this program's own files never reads it."""
 import glob
 import os
 from dataclasses import dataclass
@@ -40,11 +41,6 @@ def current_value(name: str, text: str) -> str:
 SHARD_FORMAT = "legacy"
 ARTICLES_FORMAT = "article-arrays"
 SAMPLES_PER_CHUNK = 4096
-
-
-def article_files(directory: Path, pattern: str) -> list["ArticleFiles"] | None:
-    """The article arrays a pattern with {which} names; None for a pattern of shards."""
-    return find_article_files(directory, pattern) if "{which}" in pattern else None
 
 
 def read(path, expect: dict) -> Arrays | None:
@@ -144,7 +140,7 @@ class ArticleFiles:
         return str(self.path)
 
 
-def find_article_files(directory: Path, pattern: str) -> list[ArticleFiles]:
+def article_files(directory: Path, pattern: str) -> list[ArticleFiles]:
     """The pair of files a pattern with {which} matches: the uint16 one holds the ids."""
     matches = sorted(glob.glob(os.path.join(glob.escape(str(directory)), pattern.replace("{which}", "*"))))
     if len(matches) != 2:

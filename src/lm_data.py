@@ -12,7 +12,6 @@ from typing import Iterator
 
 import numpy as np
 
-import legacy
 from batching import BatchOrder, gather_padded
 from config import ini_text
 from errors import UserError
@@ -162,7 +161,7 @@ class ShardSplit:
         if file.samples is not None:
             return file.samples
         if file.path not in self.counts:
-            self.counts[file.path] = len(self.checked(file.path, self.read(file.path)))
+            self.counts[file.path] = len(self.checked(file.path, self.read(file)))
         return self.counts[file.path]
 
     def load(self, key) -> tuple[Shard, np.ndarray]:
@@ -173,15 +172,18 @@ class ShardSplit:
         positions = rank_positions(plan.total, start, order.global_batch_size, order.rank, order.world_size)[:limit]
         mine = positions[(positions >= plan.starts[k]) & (positions < plan.starts[k + 1])]
         rows = np.unique(plan.rows(k)[mine - plan.starts[k]])
-        path = plan.files[k].path
-        return self.checked(path, self.read(path, rows)), rows
+        file = plan.files[k]
+        return self.checked(file.path, self.read(file, rows)), rows
 
-    def read(self, path, rows: np.ndarray | None = None) -> Shard:
+    def read(self, file: ShardFile, rows: np.ndarray | None = None) -> Shard:
         rules = self.rules
-        arrays = legacy.read(path, rules.expect)
+        arrays = None
+        if file.samples is None:  # no header of ours
+            import legacy  # read only for such a file: the original project's, or else read_shard says what it is
+            arrays = legacy.read(file.path, rules.expect)
         if arrays is None:
-            return with_masking(read_shard(path, rules.expect, rows), rules.static_rule)
-        shard = from_arrays(Path(str(path)), *arrays)
+            return with_masking(read_shard(file.path, rules.expect, rows), rules.static_rule)
+        shard = from_arrays(Path(str(file.path)), *arrays)
         return with_masking(shard if rows is None else select_rows(shard, rows), rules.static_rule)
 
     def checked(self, path, shard: Shard) -> Shard:
@@ -291,7 +293,11 @@ class LanguageModelData:
     def split(self, name: str) -> ShardSplit:
         if name not in self.splits:
             directory, pattern = self.config.datasets_path, self.patterns[name]
-            paths = legacy.article_files(directory, pattern) or find_shards(directory, pattern)
+            if "{which}" in pattern:
+                import legacy  # read only for the original project's GPT article arrays, which {which} names
+                paths = legacy.article_files(directory, pattern)
+            else:
+                paths = find_shards(directory, pattern)
             self.splits[name] = ShardSplit(paths, self.rules, self.order, self.config.share_of(name))
         return self.splits[name]
 

@@ -110,7 +110,7 @@ def test_article_arrays_are_cut_into_samples_of_seq_len(in_project):
     task = MaskedLMTask(config, vocab, torch.device(TEST_DEVICE))
     assert task.data.patterns["val"] == "val_article_128_{which}.npy"  # derived: the config has no val pattern
     split = task.data.split("train")
-    shard = split.read(split.plan(0).files[0].path)  # the whole file
+    shard = split.read(split.plan(0).files[0])  # the whole file
     ids = np.load("wiki/datasets/train_article_128_ids.npy")
     assert np.array_equal(shard.tokens, ids) or len(shard.tokens) < len(ids)  # lone last tokens dropped
     assert np.diff(shard.offsets).max() == 16 and np.diff(shard.offsets).min() >= 2
