@@ -168,7 +168,7 @@ class ClassificationTask:
         return model(batch["input_ids"], batch.get("labels"), attention_mask=batch["attention_mask"],
                      segment_ids=batch["segment_ids"])
 
-    def loss(self, model, batch: dict, generator=None):
+    def loss(self, model, batch: dict, generator=None, mask_rate=None):
         """Mean loss and summed statistics: [count, confusion matrix...] for a classifier,
         [count, regression_sums...] for STS-B; no host sync."""
         logits, loss = self.outputs(model, batch)

@@ -49,7 +49,7 @@ class CausalLMTask:
         following = torch.cat([input_ids[:, 1:], torch.full_like(input_ids[:, :1], self.vocab.pad_id)], dim=1)
         return following.masked_fill(following == self.vocab.pad_id, IGNORE_INDEX)
 
-    def loss(self, model, batch: dict, generator: torch.Generator | None = None):
+    def loss(self, model, batch: dict, generator: torch.Generator | None = None, mask_rate: float | None = None):
         labels = self.next_tokens(batch["input_ids"])
         logits, loss = model(batch["input_ids"], labels, attention_mask=batch["attention_mask"])
         return loss, token_statistics(logits, labels)

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 from errors import UserError
-from run_plan import SCHEDULER_FORMS, duration_seconds, parse_curriculum, parse_scheduler, parse_target, parses
+from run_plan import (MASK_RATE_FORMS, SCHEDULER_FORMS, duration_seconds, parse_curriculum, parse_mask_rate,
+                      parse_scheduler, parse_target, parses)
 
 
 class Rule(NamedTuple):
@@ -82,6 +83,21 @@ def replacement_shares_problem(replace_mask: float, replace_random: float) -> st
     return None
 
 
+def mask_rate_problem(values: dict) -> str | None:
+    """A falling mask-rate needs masks drawn as the run goes (dynamic, by a task that masks); one that
+    steps down at the decay needs the decay of wsd."""
+    text = values["mask_rate"]
+    rate = parse_mask_rate(text)
+    if rate.start == rate.end:
+        return None
+    if values["masking"] != "dynamic" or values["task_type"] not in ("mlm", "electra"):
+        return (f"mask-rate = {text} falls along the run: it goes with masking = dynamic and task-type = mlm or "
+                f"electra, not masking = {values['masking']}, task-type = {values['task_type']}")
+    if rate.at == "decay" and parse_scheduler(values["lr_scheduler"]).name != "wsd":
+        return f"mask-rate = {text} steps down where wsd's decay begins, but lr-scheduler = {values['lr_scheduler']}"
+    return None
+
+
 def warms_up(values: dict) -> bool:
     """Whether warmup-iters applies: every schedule but one-cycle, whose rise is its warmup."""
     return parse_scheduler(values["lr_scheduler"]).name != "one-cycle"
@@ -100,6 +116,7 @@ CROSS_FIELD_RULES = (
     lambda v: None if not (v["epochs"] and duration_seconds(v["time_budget"])) else
     f"epochs = {v['epochs']} and time-budget = {v['time_budget']}: give one run length, not both",
     curriculum_problem,
+    mask_rate_problem,
     lambda v: None if not v["batch_ramp"] or v["grad_accum_steps"] > 1 else
     f"batch-ramp = {v['batch_ramp']} needs grad-accum-steps above 1: the ramp grows the step from one "
     f"micro-batch to grad-accum-steps of them",
@@ -171,7 +188,9 @@ class Config:
                          at_least(1))
     test_iters: int = key(0, "batches scored by --test; 0: the whole test split", at_least(0))
     log_interval: int = key(10, "print the training loss every this many steps", at_least(1))
-    mask_rate: float = key(0.15, "share of the tokens picked for prediction", within(0, 1, "()"))
+    mask_rate: str = key("0.15", "share of the tokens picked for prediction; START:END falls along the run, "
+                         "START:END@AT steps down at AT (a share of the run, or decay: where wsd's decay begins); "
+                         "validation masks at END", Rule(lambda value: parses(parse_mask_rate, value), MASK_RATE_FORMS))
     masking: str = key("dynamic", "dynamic: a fresh mask every batch; static: the masks stored in the shards",
                        one_of("dynamic", "static"))
     whole_word_masking: bool = key(False, "pick whole words: a piece and the ## pieces after it")

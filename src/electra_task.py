@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from lm_data import DATA_KEYS, LanguageModelData
-from masking import IGNORE_INDEX, MaskingRule
+from masking import IGNORE_INDEX
 from mlm_task import MASKING_KEYS, Masker, first_sample, masked_share
 from model import ElectraForPreTraining, ModelConfig, model_config, token_hits, token_loss
 from task import evaluate_by_sums
@@ -23,10 +23,8 @@ class ElectraTask:
         self.config = config
         self.vocab = vocab
         self.device = device
-        rule = MaskingRule.from_config(config)
-        self.masker = Masker(rule, vocab, device)
-        self.data = LanguageModelData(config, vocab, rank, world_size,
-                                      static_rule=rule if config.masking == "static" else None)
+        self.masker = Masker(config, vocab, device)
+        self.data = LanguageModelData(config, vocab, rank, world_size)  # masking = static is for mlm alone
         self.data_source = self.data.source
         self.evaluation_sampling = torch.Generator(device=device)
         self.predictions_per_token = masked_share(config)  # the generator's head scores the masked positions
@@ -53,10 +51,10 @@ class ElectraTask:
         self.evaluation_sampling.manual_seed(self.config.seed + 1)
         yield from self.masker.eval_batches(self.data, split, count, self.config.seed, self.device)
 
-    def loss(self, model, batch: dict, generator: torch.Generator | None = None):
+    def loss(self, model, batch: dict, generator: torch.Generator | None = None, mask_rate: float | None = None):
         """Mean loss, and [masked tokens, generator hits, real tokens, detector hits, generator loss
         sum, detection loss sum, replaced tokens]; no host sync."""
-        batch = self.masker.masked(batch, generator)
+        batch = self.masker.masked(batch, generator, mask_rate)
         labels = batch["labels"]
         generator_logits, detector_logits, corrupted = model(
             batch["input_ids"], batch["positions"], labels, batch["original_ids"],

@@ -279,7 +279,7 @@ class LanguageModelData:
                  pairs: str | None = None):
         self.config = config
         self.rules = ShardRules(config.seq_len, vocab.size, vocab.checksum, vocab.pad_id, vocab.sep_id, static_rule,
-                                pairs, config.mask_rate)
+                                pairs, MaskingRule.from_config(config).mask_rate)
         self.order = BatchOrder(config.batch_size, config.seed, rank, world_size)
         self.patterns = {split: split_pattern(config, split) for split in PATTERN_KEYS}
         self.splits: dict[str, ShardSplit] = {}

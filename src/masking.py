@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from config import DEFAULTS
+from run_plan import parse_mask_rate
 
 IGNORE_INDEX = -100
 
@@ -18,15 +19,19 @@ IGNORE_INDEX = -100
 class MaskingRule:
     """How tokens are picked and replaced, named as the config keys (and a static shard's header
     fields) that set them; config.py has what each means and its default."""
-    mask_rate: float = DEFAULTS["mask_rate"]
+    mask_rate: float = parse_mask_rate(DEFAULTS["mask_rate"]).start
     whole_word_masking: bool = DEFAULTS["whole_word_masking"]
     mask_replace_mask: float = DEFAULTS["mask_replace_mask"]
     mask_replace_random: float = DEFAULTS["mask_replace_random"]
 
     @classmethod
     def from_config(cls, settings) -> "MaskingRule":
-        """From a Config, or anything else with the same attributes (the preparers' options)."""
-        return cls(**{field.name: getattr(settings, field.name) for field in fields(cls)})
+        """From a Config (at mask-rate's start, its highest rate), or anything else with the same
+        attributes (the preparers' options)."""
+        values = {field.name: getattr(settings, field.name) for field in fields(cls)}
+        if isinstance(values["mask_rate"], str):
+            values["mask_rate"] = parse_mask_rate(values["mask_rate"]).start
+        return cls(**values)
 
 
 
@@ -37,7 +42,7 @@ def predictions_per_sequence(seq_len: int, mask_rate: float) -> int:
 
 def mask_tokens(ids: torch.Tensor, special_ids: torch.Tensor, mask_id: int, vocab_size: int,
                 rule: MaskingRule, generator: torch.Generator | None = None,
-                is_continuation: torch.Tensor | None = None):
+                is_continuation: torch.Tensor | None = None, slots: int | None = None):
     """Mask a [batch, seq_len] batch of token ids as BERT does.
 
     Each row gets round(mask_rate * maskable tokens) picked positions (at least one when it
@@ -49,10 +54,11 @@ def mask_tokens(ids: torch.Tensor, special_ids: torch.Tensor, mask_id: int, voca
     whole words too.
 
     Returns (inputs, positions, labels): the ids with replacements, the picked positions
-    [batch, P] and their original ids [batch, P], where P = predictions_per_sequence and
+    [batch, P] and their original ids [batch, P], where P = `slots` (by default
+    predictions_per_sequence: a falling mask-rate keeps those of its highest rate, one shape) and
     unused slots hold position 0 and label IGNORE_INDEX.
     """
-    slots = predictions_per_sequence(ids.shape[1], rule.mask_rate)
+    slots = slots or predictions_per_sequence(ids.shape[1], rule.mask_rate)
     maskable = ~torch.isin(ids, special_ids.to(ids.device))
     picks_per_row = torch.round(maskable.sum(1) * rule.mask_rate).long()
     picks_per_row = torch.where(maskable.any(1), picks_per_row.clamp(1, slots), 0)

@@ -11,6 +11,7 @@ import torch
 from hardware import to_device
 from lm_data import DATA_KEYS, LanguageModelData
 from masking import IGNORE_INDEX, MaskingRule, mask_tokens, predictions_per_sequence
+from run_plan import parse_mask_rate
 from model import BertForMaskedLM, BertForPreTraining, ModelConfig, model_config, token_hits
 from task import evaluate_by_sums
 
@@ -20,31 +21,36 @@ MASKING_KEYS = ("masking", *(field.name for field in dataclasses.fields(MaskingR
 
 
 class Masker:
-    """Masks device batches by a MaskingRule; a batch with stored masks (masking = static) passes."""
+    """Masks device batches by the config's MaskingRule, a training batch at its step's mask rate
+    (mask-rate's schedule), evaluation batches at the schedule's end, so that validations compare; a
+    batch with stored masks (masking = static) passes."""
 
-    def __init__(self, rule: MaskingRule, vocab, device: torch.device):
-        self.rule = rule
+    def __init__(self, config, vocab, device: torch.device):
+        self.rule = MaskingRule.from_config(config)  # at the schedule's highest rate, which sizes the slots
+        self.evaluation_rate = parse_mask_rate(config.mask_rate).end
         self.vocab = vocab
         self.special_ids = torch.tensor(vocab.special_ids, device=device)
         self.is_continuation = torch.from_numpy(vocab.is_continuation).to(device)
 
-    def mask(self, input_ids: torch.Tensor, generator: torch.Generator | None) -> dict:
+    def mask(self, input_ids: torch.Tensor, generator: torch.Generator | None, mask_rate: float | None = None) -> dict:
+        rule = self.rule if mask_rate is None else dataclasses.replace(self.rule, mask_rate=mask_rate)
+        slots = predictions_per_sequence(input_ids.shape[1], self.rule.mask_rate)
         inputs, positions, labels = mask_tokens(input_ids, self.special_ids, self.vocab.mask_id, self.vocab.size,
-                                                self.rule, generator, self.is_continuation)
+                                                rule, generator, self.is_continuation, slots)
         return {"input_ids": inputs, "positions": positions, "labels": labels}
 
-    def masked(self, batch: dict, generator: torch.Generator | None) -> dict:
+    def masked(self, batch: dict, generator: torch.Generator | None, mask_rate: float | None = None) -> dict:
         """The batch with its masks, the unmasked ids kept as original_ids when masked here."""
         if "positions" in batch:
             return batch
-        return {**batch, "original_ids": batch["input_ids"], **self.mask(batch["input_ids"], generator)}
+        return {**batch, "original_ids": batch["input_ids"], **self.mask(batch["input_ids"], generator, mask_rate)}
 
     def eval_batches(self, data: LanguageModelData, split: str, count: int | None, seed: int, device):
         """Fixed batches, masked the same way at every evaluation, so scores compare."""
         generator = torch.Generator(device=device)
         generator.manual_seed(seed)
         for batch in data.fixed_batches(split, count):
-            yield self.masked(to_device(batch, device, non_blocking=False), generator)
+            yield self.masked(to_device(batch, device, non_blocking=False), generator, self.evaluation_rate)
 
 
 def token_statistics(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -54,7 +60,7 @@ def token_statistics(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor
 
 def masked_share(config) -> float:
     """The share of the input tokens an MLM head scores: its slots per sequence."""
-    return predictions_per_sequence(config.seq_len, config.mask_rate) / config.seq_len
+    return predictions_per_sequence(config.seq_len, MaskingRule.from_config(config).mask_rate) / config.seq_len
 
 
 def first_sample(batches) -> dict:
@@ -72,10 +78,9 @@ class MaskedLMTask:
         self.vocab = vocab
         self.device = device
         self.objective = config.sentence_objective
-        rule = MaskingRule.from_config(config)
-        self.masker = Masker(rule, vocab, device)
+        self.masker = Masker(config, vocab, device)
         self.data = LanguageModelData(config, vocab, rank, world_size,
-                                      static_rule=rule if config.masking == "static" else None,
+                                      static_rule=self.masker.rule if config.masking == "static" else None,
                                       pairs=None if self.objective == "none" else self.objective)
         self.data_source = self.data.source
         self.predictions_per_token = masked_share(config)
@@ -102,10 +107,10 @@ class MaskedLMTask:
     def eval_batches(self, split: str, count: int | None):
         return self.masker.eval_batches(self.data, split, count, self.config.seed, self.device)
 
-    def loss(self, model, batch: dict, generator: torch.Generator | None = None):
+    def loss(self, model, batch: dict, generator: torch.Generator | None = None, mask_rate: float | None = None):
         """Mean loss over masked positions (plus the sentence loss), and [count, hits] for accuracy
         (then [pairs, pair hits]); no host sync."""
-        batch = self.masker.masked(batch, generator)
+        batch = self.masker.masked(batch, generator, mask_rate)
         if self.objective != "none":
             return self.pair_loss(model, batch)
         logits, loss = model(batch["input_ids"], batch["positions"], batch["labels"],

@@ -301,7 +301,10 @@ def check_masking_arguments(args) -> None:
     if given and args.masking != "static":
         raise UserError(f"{next(iter(options.values()))} needs --masking static (the trainer masks unmasked shards "
                         f"as its config says)")
-    validate(DEFAULTS | given, options, "command line")
+    rate = given.get("mask_rate", 0.5)
+    if not 0 < rate < 1:  # one rate: the masks stored are drawn once (a config's mask-rate may fall)
+        raise UserError(f"--mask-rate {rate:g}: expected a number in (0, 1)")
+    validate(DEFAULTS | given | {"mask_rate": DEFAULTS["mask_rate"]}, options, "command line")
 
 
 def masking_rule(args) -> MaskingRule | None:

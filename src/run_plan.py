@@ -1,4 +1,4 @@
-"""The small grammars of the keys that plan a run's course: time-budget, lr-scheduler,
+"""The small grammars of the keys that plan a run's course: time-budget, lr-scheduler, mask-rate,
 seq-len-curriculum and stop-at, each read from its text into a value (config.py checks each key with
 the same function that the trainer and optimizer read it with)."""
 import re
@@ -67,6 +67,34 @@ def parse_scheduler(text: str) -> Schedule:
     except ValueError:
         pass
     raise ValueError(f"not a scheduler: {text!r}")
+
+
+class MaskRate(NamedTuple):
+    """A mask-rate value read: `start` falls to `end` along the run (a straight line), or steps down
+    to it at `at` (a share of the run, or "decay": where wsd's decay begins); one rate when equal."""
+    start: float
+    end: float
+    at: float | str | None = None
+
+
+MASK_RATE_FORMS = ("a rate in (0, 1), or START:END[@AT]: START falling to END (not above START) along the run, "
+                   "or stepping down to it at AT (a share of the run in (0, 1), or decay: where wsd's decay begins)")
+
+
+def parse_mask_rate(text: str) -> MaskRate:
+    """The MaskRate of '0.15', '0.3:0.15' (a straight line over the run), '0.3:0.15@0.8' or
+    '0.3:0.15@decay' (a step)."""
+    rates, step, at = text.strip().lower().partition("@")
+    start, falls, end = rates.partition(":")
+    try:
+        switch = at if at == "decay" else float(at) if step else None
+        rate = MaskRate(float(start), float(end if falls else start), switch)
+    except ValueError:
+        rate = None
+    if rate is None or not 0 < rate.end <= rate.start < 1 or step and not falls \
+            or isinstance(rate.at, float) and not 0 < rate.at < 1:
+        raise ValueError(f"not a mask rate: {text!r}")
+    return rate
 
 
 def lower_is_better(metric: str) -> bool:

@@ -38,6 +38,7 @@ class Run:
     best: float | None = None
     elapsed: float = 0.0  # seconds of training, validation left out: what a time budget counts
     lr: float = 0.0  # of the last step
+    mask_rate: float = 0.0  # of the last step
     start: str | None = None  # the checkpoint whose weights a new run started from
     lineage: list = field(default_factory=list)  # the training behind those weights (checkpoints.stage)
     resumed_at: int | None = None  # the step a resumed run went on from
@@ -92,7 +93,7 @@ def global_batch_text(batch_size: int, accumulation: int, processes: int) -> str
 
 def check_kept(path: Path, name: str, saved, current, remedy: str):
     """One line, exit 2, when a resumed run's config changes a setting the run must keep."""
-    if saved != current:
+    if saved != current and ini_text(saved) != ini_text(current):  # equal as text: 0.15 saved, "0.15" read
         raise UserError(f"{path}: the run has {INI_KEYS[name]} = {ini_text(saved)}, the config "
                         f"{ini_text(current)}; a resumed run keeps it ({remedy})")
 

@@ -38,10 +38,11 @@ class Task(Protocol):
     def eval_batches(self, split: str, count: int | None) -> Iterator[dict]:
         """The same device batches of a split at every call: the first `count`, or all for None."""
 
-    def loss(self, model: nn.Module, batch: dict,
-             generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def loss(self, model: nn.Module, batch: dict, generator: torch.Generator | None = None,
+             mask_rate: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean loss and a vector of additive statistics whose first entry counts the predictions;
-        generator: for the masks a training batch draws (evaluation batches bring theirs)."""
+        generator and mask_rate (the step's): how a training batch draws its masks, in a task that
+        masks (evaluation batches bring theirs)."""
 
     def metrics(self, loss: float, statistics: torch.Tensor) -> dict[str, float]:
         """Named metrics from the mean loss and the summed statistics: the training log's."""

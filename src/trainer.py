@@ -22,10 +22,10 @@ import distributed
 import hardware
 from atomic import atomic_write
 from config import Config
-from run_plan import parse_target
+from run_plan import parse_mask_rate, parse_target
 from errors import UserError
 from model import flops_per_token
-from optimizer import in_stable_phase, learning_rate, micro_batches, sequence_length
+from optimizer import in_stable_phase, learning_rate, mask_rate, micro_batches, sequence_length
 from run_start import Run, RunStarter
 from stop_request import StopRequest
 from task import Task
@@ -54,6 +54,8 @@ class Trainer:
         self.autocast = torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32)
         self.starter = RunStarter(config, task, self.dtype, rank, world_size)
         self.target = parse_target(config.stop_at)
+        rates = parse_mask_rate(config.mask_rate)
+        self.mask_rate_falls = rates.start != rates.end  # then each log line says the step's
 
     def fit(self, checkpoint_path: Path | None = None, saved: dict | None = None, *, switch_training: bool = False,
             load_optimizer: bool = True, stop: StopRequest | None = None) -> Path:
@@ -147,6 +149,7 @@ class Trainer:
         seq-len (or seq-len-curriculum's); no host sync."""
         config, spent = self.config, self.budget_spent(run)
         run.lr = learning_rate(run.step, spent, config, run.resumed_at)
+        run.mask_rate = mask_rate(run.step, spent, config)
         accumulation = micro_batches(run.step, spent, config)
         length = sequence_length(run.step, spent, config)
         for group in run.optimizer.param_groups:
@@ -159,7 +162,7 @@ class Trainer:
             last = micro == accumulation - 1
             with nullcontext() if last or self.world_size == 1 else run.compiled.no_sync():
                 with self.autocast, record_function(PHASES.forward):
-                    loss, statistics = self.task.loss(run.compiled, batch, generator=run.mask_generator)
+                    loss, statistics = self.task.loss(run.compiled, batch, run.mask_generator, run.mask_rate)
                 with record_function(PHASES.backward):
                     run.scaler.scale(loss / accumulation).backward()
             meter.add(loss, statistics)
@@ -197,6 +200,9 @@ class Trainer:
         line = f"step {run.step} | loss {loss:.4f} | lr {run.lr:.2e} | {tokens_per_sec:,.0f} tok/s | mfu {mfu:.1%}"
         line += "".join(f" | {name} {value:.4f}" for name, value in metrics.items())
         shown = {"loss": f"{loss:.3f}"}
+        if self.mask_rate_falls:
+            line += f" | mask rate {run.mask_rate:.3f}"
+            metrics["mask_rate"] = run.mask_rate
         if self.config.budget_seconds:
             left = max(0.0, self.config.budget_seconds - run.elapsed)
             shown["left"] = f"{int(left // 60)}:{int(left % 60):02d}"

@@ -228,8 +228,8 @@ def training_losses(monkeypatch) -> list[float]:
     losses = []
     original = MaskedLMTask.loss
 
-    def recording_loss(self, model, batch, generator=None):
-        result = original(self, model, batch, generator)
+    def recording_loss(self, model, batch, generator=None, mask_rate=None):
+        result = original(self, model, batch, generator, mask_rate)
         if torch.is_grad_enabled():  # training, not evaluation
             losses.append(result[0].item())
         return result

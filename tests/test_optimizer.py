@@ -9,7 +9,8 @@ import pytest
 from config import Config
 from errors import UserError
 from model import BertForSequenceClassification, ModelConfig
-from optimizer import in_stable_phase, learning_rate, make_optimizer, micro_batches, sequence_length, with_run_length
+from optimizer import (in_stable_phase, learning_rate, make_optimizer, mask_rate, micro_batches, sequence_length,
+                       with_run_length)
 
 
 def test_cosine_warms_up_linearly_then_decays_to_the_minimum():
@@ -155,6 +156,35 @@ def test_batch_ramp_is_a_staircase_from_one_micro_batch_to_grad_accum_steps():
     ({"batch_ramp": 1.5, "grad_accum_steps": 2}, "batch-ramp = 1.5: expected a number in [0, 1]"),
 ])
 def test_a_batch_ramp_without_room_to_grow_is_one_line(settings, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        Config(**settings)
+
+
+def test_a_mask_rate_falls_along_a_line_or_steps_down_at_its_share_or_at_the_decay():
+    config = Config(lr_decay_iters=100, warmup_iters=0)
+    assert {mask_rate(step, 0.0, config) for step in (0, 50, 200)} == {0.15}
+    line = dataclasses.replace(config, mask_rate="0.3:0.1")
+    assert [mask_rate(step, 0.0, line) for step in (0, 50, 100, 200)] == pytest.approx([0.3, 0.2, 0.1, 0.1])
+    step = dataclasses.replace(config, mask_rate="0.3:0.15@0.8")
+    assert [mask_rate(step_, 0.0, step) for step_ in (0, 79, 80, 100)] == [0.3, 0.3, 0.15, 0.15]
+    decay = dataclasses.replace(config, mask_rate="0.3:0.15@decay", lr_scheduler="wsd:0.25")
+    assert [mask_rate(step_, 0.0, decay) for step_ in (0, 74, 75)] == [0.3, 0.3, 0.15]
+    assert [in_stable_phase(step_, 0.0, decay) for step_ in (74, 75)] == [True, False]  # the same boundary
+    budget = dataclasses.replace(step, time_budget="10m")  # the share of the budget spent decides
+    assert [mask_rate(10 ** 6, spent, budget) for spent in (0.0, 0.79, 0.8)] == [0.3, 0.3, 0.15]
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"mask_rate": "0.15:0.3"}, "mask-rate = '0.15:0.3': expected a rate in (0, 1), or START:END[@AT]"),
+    ({"mask_rate": "0.3:0.15@1"}, "mask-rate = '0.3:0.15@1': expected a rate in (0, 1), or START:END[@AT]"),
+    ({"mask_rate": "0.3@0.5"}, "mask-rate = '0.3@0.5': expected"),
+    ({"mask_rate": "0.3:0.15@decay"}, "mask-rate = 0.3:0.15@decay steps down where wsd's decay begins, but "
+                                      "lr-scheduler = cosine"),
+    ({"mask_rate": "0.3:0.15", "masking": "static"}, "mask-rate = 0.3:0.15 falls along the run: it goes with "
+                                                     "masking = dynamic and task-type = mlm or electra"),
+    ({"mask_rate": "0.3:0.15", "task_type": "clm"}, "not masking = dynamic, task-type = clm"),
+])
+def test_a_mask_rate_that_cannot_be_followed_is_one_line(settings, message):
     with pytest.raises(UserError, match=re.escape(message)):
         Config(**settings)
 

@@ -1,7 +1,8 @@
-"""The grammars of time-budget, lr-scheduler, seq-len-curriculum and stop-at, as pure functions."""
+"""The grammars of time-budget, lr-scheduler, mask-rate, seq-len-curriculum and stop-at, as pure functions."""
 import pytest
 
-from run_plan import Curriculum, Schedule, Target, duration_seconds, parse_curriculum, parse_scheduler, parse_target
+from run_plan import (Curriculum, MaskRate, Schedule, Target, duration_seconds, parse_curriculum, parse_mask_rate,
+                      parse_scheduler, parse_target)
 
 
 @pytest.mark.parametrize("text, seconds", [("0", 0.0), ("", 0.0), ("90s", 90.0), ("30m", 1800.0),
@@ -54,3 +55,17 @@ def test_a_curriculum_reads_length_and_share():
     for text in ("64", "1:0.5", "64:0", "64:1.5", "sixty:0.5"):
         with pytest.raises(ValueError):
             parse_curriculum(text)
+
+
+@pytest.mark.parametrize("text, rate", [
+    ("0.15", MaskRate(0.15, 0.15)), (" 0.30 ", MaskRate(0.3, 0.3)), ("0.3:0.15", MaskRate(0.3, 0.15)),
+    ("0.3:0.15@0.8", MaskRate(0.3, 0.15, 0.8)), ("0.3:0.15@Decay", MaskRate(0.3, 0.15, "decay"))])
+def test_a_mask_rate_reads_as_its_start_end_and_step(text, rate):
+    assert parse_mask_rate(text) == rate
+
+
+@pytest.mark.parametrize("text", ["0", "1", "0.1:0.3", "0.3@0.5", "0.3:0.15@", "0.3:0.15@0", "0.3:0.15@1", "0.3:",
+                                  "x", "0.3:0.15@later"])
+def test_a_mask_rate_out_of_its_forms_is_a_value_error(text):
+    with pytest.raises(ValueError, match="not a mask rate"):
+        parse_mask_rate(text)

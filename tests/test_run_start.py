@@ -29,7 +29,7 @@ def test_a_resumed_run_keeps_only_the_task_s_measuring_keys():
     class CausalTask:
         measuring_keys = ("seq_len",)
     saved = {"mask_rate": 0.15, "seq_len": 128}  # saved_settings of a causal-LM checkpoint
-    check_same_measure(Path("c.pt"), saved, CausalTask(), Config(mask_rate=0.3))  # not a key it measures by
+    check_same_measure(Path("c.pt"), saved, CausalTask(), Config(mask_rate="0.3"))  # not a key it measures by
     with pytest.raises(UserError, match=r"^c\.pt: the run has seq-len = 128, the config 64; a resumed run keeps it "
                                         r"\(to start a new run from these weights, add --switch-training\)$"):
         check_same_measure(Path("c.pt"), saved, CausalTask(), Config(seq_len=64))

@@ -14,7 +14,7 @@ class SignTask:
     """Scores a batch of numbers: the loss is their mean, the statistics [count, positives]."""
     device = torch.device("cpu")
 
-    def loss(self, model, batch, generator=None):
+    def loss(self, model, batch, generator=None, mask_rate=None):
         values = model(batch["values"])
         return values.mean(), torch.stack([torch.tensor(float(len(values))), (values > 0).sum().float()])
 

@@ -46,7 +46,7 @@ def fake_clock(monkeypatch):
     monkeypatch.setattr(hardware, "measure_matmul_flops", lambda device, dtype: 1e12)
     original_loss, original_validate = MaskedLMTask.loss, Trainer.validate
 
-    def loss(self, model, batch, generator=None):
+    def loss(self, model, batch, generator=None, mask_rate=None):
         if model.training:
             now[0] += 1.0
         return original_loss(self, model, batch, generator)

@@ -192,10 +192,10 @@ def test_a_length_curriculum_cuts_the_rows_and_resumes_exactly(mlm_workdir_facto
     rows; a run resumed at step 5, inside the short phase, continues as the straight run does."""
     shapes, original = [], MaskedLMTask.loss
 
-    def recording_shape(self, model, batch, generator=None):
+    def recording_shape(self, model, batch, generator=None, mask_rate=None):
         if torch.is_grad_enabled():
             shapes.append(tuple(batch["input_ids"].shape))
-        return original(self, model, batch, generator)
+        return original(self, model, batch, generator, mask_rate)
 
     monkeypatch.setattr(MaskedLMTask, "loss", recording_shape)
     check_resume_equivalence(mlm_workdir_factory, tmp_path, monkeypatch, training_losses, dropout=0.0,
@@ -203,6 +203,28 @@ def test_a_length_curriculum_cuts_the_rows_and_resumes_exactly(mlm_workdir_facto
     short, whole = (32, MLM_SEQ_LEN // 2), (16, MLM_SEQ_LEN)
     assert shapes[:10] == [short] * 6 + [whole] * 4  # the straight run
     assert load(Path("runs/run0/checkpoints/checkpoint.pt"))["data_position"]["sample"] == 10 * 16
+
+
+def test_a_falling_mask_rate_masks_each_step_at_its_rate_and_resumes_exactly(
+        mlm_workdir_factory, tmp_path, monkeypatch, training_losses, keep_signal_handlers, skip_flops_measurement):
+    """30% of the tokens masked for the first 60% of 10 steps, then 15%; a run resumed at step 5,
+    before the step down, continues as the straight run does; each log line says the step's rate."""
+    picked, original = [], MaskedLMTask.loss
+
+    def recording_picks(self, model, batch, generator=None, mask_rate=None):
+        if torch.is_grad_enabled():
+            masked = self.masker.masked(batch, generator, mask_rate)
+            picked.append((mask_rate, (masked["labels"] != -100).sum().item() / batch["attention_mask"].sum().item()))
+        return original(self, model, batch, generator, mask_rate)
+
+    monkeypatch.setattr(MaskedLMTask, "loss", recording_picks)
+    check_resume_equivalence(mlm_workdir_factory, tmp_path, monkeypatch, training_losses, dropout=0.0,
+                             mask_rate="0.3:0.15@0.6")
+    rates = [rate for rate, _ in picked[:10]]
+    assert rates == [0.3] * 6 + [0.15] * 4  # the straight run
+    assert all(abs(share - rate) < 0.05 for rate, share in picked[:10])  # [CLS] and [SEP] are never picked
+    log = Path("runs/run0/logs/log.txt").read_text(encoding="utf-8")
+    assert "| mask rate 0.300" in log and "| mask rate 0.150" in log
 
 
 def test_cut_rows_keep_every_token_and_one_visible_slot_a_row():
