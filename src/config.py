@@ -234,6 +234,8 @@ class Config:
     time_budget: str = key("0", "training time for the whole run (90s, 30m, 2h); 0: none",
                            Rule(lambda value: duration_seconds(value) is not None,
                                 "a duration such as 90s, 30m or 2h (0: no budget)"))
+    optimizer: str = key("adamw", "adamw, or stable-adamw: AdamW with Adafactor's update clipping per tensor "
+                                  "(ModernBERT's; stable without grad-clip)", one_of("adamw", "stable-adamw"))
     weight_decay: float = key(0.01, "AdamW weight decay, on 2-D weights only", at_least(0))
     layer_lr_decay: float = key(1.0, "each encoder layer's share of the rate of the one above; 1: one rate",
                                 within(0, 1, "(]"))
@@ -247,7 +249,7 @@ class Config:
                            "auto, cpu, cuda or cuda:N"), group="Speed")
     dtype: str = key("auto", "auto, bfloat16, float16 or float32", one_of("auto", "bfloat16", "float16", "float32"))
     compile: bool = key(False, "torch.compile: slow first steps, faster after")
-    fused_adamw: bool = key(True, "the fused AdamW kernel")
+    fused_adamw: bool = key(True, "the fused AdamW kernel (optimizer = adamw)")
     async_to_device: bool = key(True, "pinned host memory and non-blocking copies to the GPU")
     peak_tflops: float = key(0.0, "the matmul peak MFU is measured against; 0: published (CUDA) or measured",
                              at_least(0))

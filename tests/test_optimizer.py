@@ -5,12 +5,13 @@ import re
 
 import numpy as np
 import pytest
+import torch
 
 from config import Config
 from errors import UserError
 from model import BertForSequenceClassification, ModelConfig
-from optimizer import (in_stable_phase, learning_rate, make_optimizer, mask_rate, micro_batches, sequence_length,
-                       with_run_length)
+from optimizer import (StableAdamW, in_stable_phase, learning_rate, make_optimizer, mask_rate, micro_batches,
+                       sequence_length, with_run_length)
 
 
 def test_cosine_warms_up_linearly_then_decays_to_the_minimum():
@@ -220,3 +221,47 @@ def test_epochs_set_the_run_length_in_steps_and_warmup_ratio_a_share_of_them():
     steps_only = Config(max_iters=400, warmup_iters=10, warmup_ratio=0.1)
     assert with_run_length(steps_only, 1000, 1).warmup_iters == 40
     assert with_run_length(Config(), 1000, 1) == Config()
+
+
+def stable_adamw_by_the_formula(param, grads, lr, betas, eps, weight_decay):
+    """Wortsman et al. 2023's StableAdamW, one tensor, written from the paper: the weights after each
+    gradient in turn, and each step's RMS."""
+    (beta1, beta2), m, v, rms_seen = betas, torch.zeros_like(param), torch.zeros_like(param), []
+    for t, g in enumerate(grads, start=1):
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g * g
+        m_hat, v_hat = m / (1 - beta1 ** t), v / (1 - beta2 ** t)
+        rms = torch.sqrt(torch.mean(g * g / torch.clamp(v_hat, min=eps * eps)))
+        eta = lr / max(1.0, rms.item())
+        param = param - eta * weight_decay * param - eta * m_hat / (torch.sqrt(v_hat) + eps)
+        rms_seen.append(rms.item())
+    return param, rms_seen
+
+
+def test_stable_adamw_steps_as_the_paper_s_formula_clipping_a_spike():
+    generator = torch.Generator().manual_seed(0)
+    shapes = [(6, 5), (7,)]
+    starts = [torch.randn(shape, generator=generator, dtype=torch.float64) for shape in shapes]
+    grads = [[torch.randn(shape, generator=generator, dtype=torch.float64) * (30.0 if t == 3 else 1.0)
+              for t in range(5)] for shape in shapes]  # step 4's gradient is a spike
+    params = [torch.nn.Parameter(start.clone()) for start in starts]
+    optimizer = StableAdamW([{"params": params[:1], "weight_decay": 0.1}, {"params": params[1:], "weight_decay": 0.0}],
+                            lr=0.01, betas=(0.9, 0.98), eps=1e-6)
+    for t in range(5):
+        for param, tensor_grads in zip(params, grads):
+            param.grad = tensor_grads[t]
+        optimizer.step()
+    for param, start, tensor_grads, decay in zip(params, starts, grads, (0.1, 0.0)):
+        expected, rms_seen = stable_adamw_by_the_formula(start, tensor_grads, 0.01, (0.9, 0.98), 1e-6, decay)
+        assert rms_seen[3] > 1.5  # the spike is clipped (its rate nearly halved)
+        assert torch.allclose(param.detach(), expected, rtol=0, atol=1e-12)
+    assert optimizer.state[params[0]]["step"].item() == 5
+
+
+def test_optimizer_stable_adamw_builds_it_beside_adamw():
+    model = BertForSequenceClassification(ModelConfig(vocab_size=50, max_len=16, d_model=16, heads=2, n_layer=2,
+                                                      num_labels=2))
+    assert isinstance(make_optimizer(model, Config(optimizer="stable-adamw"), print), StableAdamW)
+    assert type(make_optimizer(model, Config(fused_adamw=False), print)) is torch.optim.AdamW
+    with pytest.raises(UserError, match="optimizer = 'adam': expected one of adamw, stable-adamw"):
+        Config(optimizer="adam")

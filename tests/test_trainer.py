@@ -167,6 +167,14 @@ def test_resume_without_dropout_continues_exactly(mlm_workdir_factory, tmp_path,
     check_resume_equivalence(mlm_workdir_factory, tmp_path, monkeypatch, training_losses, dropout=0.0)
 
 
+def test_stable_adamw_trains_and_resumes_exactly(mlm_workdir_factory, tmp_path, monkeypatch, training_losses,
+                                                 keep_signal_handlers, skip_flops_measurement):
+    """Its moments and step counts are restored as AdamW's are."""
+    check_resume_equivalence(mlm_workdir_factory, tmp_path, monkeypatch, training_losses, dropout=0.0,
+                             optimizer="stable-adamw", grad_clip=0)
+    assert training_losses[-1] < training_losses[0] - 0.1  # it learns
+
+
 def test_resume_with_dropout_continues_exactly(mlm_workdir_factory, tmp_path, monkeypatch, training_losses,
                                                keep_signal_handlers):
     """The global torch RNG (dropout) is restored too."""
