@@ -27,6 +27,7 @@ from errors import UserError, exit_on_user_error
 from hardware import select_device
 from ini import load_config
 from optimizer import with_run_length
+from run_start import decay_branch
 from stop_request import StopRequest
 from trainer import Trainer
 from vocab import load_vocab
@@ -47,6 +48,10 @@ def parse_args(argv):
     parser.add_argument("--test", action="store_true", help="evaluate --cp on the test split and exit")
     parser.add_argument("--switch-training", action="store_true",
                         help="start a new run from --cp's weights, task, data and schedule from the config")
+    parser.add_argument("--decay-from", type=Path, metavar="CKPT",
+                        help="a new run that goes on from a wsd run's stable-phase checkpoint (weights, optimizer, "
+                             "data position, step), its rate decaying to min-learning-rate by max-iters (or by "
+                             "the end of time-budget)")
     parser.add_argument("--dont-load-optimizer", action="store_true",
                         help="resume --cp's run with a fresh optimizer (weights, step and data position kept)")
     parser.add_argument("--ddp", action="store_true",
@@ -65,18 +70,23 @@ def make_task(config: Config, rank: int = 0, world_size: int = 1):
 
 
 def run(config: Config, checkpoint: Path | None, test: bool, rank: int = 0, world_size: int = 1, *,
-        switch_training: bool = False, load_optimizer: bool = True, stop: StopRequest | None = None):
+        switch_training: bool = False, load_optimizer: bool = True, decay: bool = False,
+        stop: StopRequest | None = None):
     """Score --cp on the test split, or train (see Trainer.fit) and return the run directory.
-    The checkpoint is read once, here; the architecture keys the config leaves out come from it."""
+    The checkpoint is read once, here; the architecture keys the config leaves out come from it.
+    decay: the checkpoint is --decay-from's, and the run decays from it (decay_branch)."""
     saved = checkpoints.load(checkpoint) if checkpoint is not None else None
     if saved is not None:
         config = checkpoints.with_architecture(config, saved)
     task = make_task(config, rank, world_size)
     config = with_run_length(config, len(task.data("train")) if config.epochs else 0, world_size)
+    if decay:
+        config = decay_branch(config, saved, checkpoint, task.name)
     trainer = Trainer(config, task, rank, world_size)
     if test:
         return trainer.test(checkpoint, saved)
-    return trainer.fit(checkpoint, saved, switch_training=switch_training, load_optimizer=load_optimizer, stop=stop)
+    return trainer.fit(checkpoint, saved, switch_training=switch_training, load_optimizer=load_optimizer,
+                       branch=decay, stop=stop)
 
 
 def run_rank(config: Config, args: argparse.Namespace):
@@ -87,13 +97,19 @@ def run_rank(config: Config, args: argparse.Namespace):
     rank, world_size, local_rank = distributed.join(device, config.dist_backend)
     if device.type == "cuda":  # one GPU per rank
         config = dataclasses.replace(config, device=f"cuda:{local_rank}")
-    run(config, args.cp, args.test, rank, world_size, **start_options(args))
+    run(config, args.cp or args.decay_from, args.test, rank, world_size, **start_options(args))
 
 
 def start_options(args: argparse.Namespace) -> dict:
-    """How --cp starts training, checked against the other flags."""
+    """How --cp (or --decay-from) starts training, checked against the other flags."""
     chosen = [flag for flag, given in (("--switch-training", args.switch_training),
                                        ("--dont-load-optimizer", args.dont_load_optimizer)) if given]
+    if args.decay_from is not None:
+        others = [flag for flag, given in (("--cp", args.cp is not None), ("--test", args.test)) if given] + chosen
+        if others:
+            raise UserError(f"--decay-from and {others[0]}: --decay-from names the checkpoint and how the run "
+                            f"starts from it; leave {others[0]} out")
+        return {"decay": True}
     if args.test and args.cp is None:
         raise UserError("--test needs a checkpoint: --cp PATH")
     if chosen and args.cp is None:
@@ -125,7 +141,7 @@ def main(argv=None):
         import launcher  # the launcher's room, read by --ddp alone
         sys.exit(launcher.launch(argv, nproc, config.dist_master_addr, config.dist_master_port))
     else:
-        run(config, args.cp, args.test, **options)
+        run(config, args.cp or args.decay_from, args.test, **options)
 
 
 if __name__ == "__main__":

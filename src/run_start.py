@@ -1,5 +1,6 @@
 """Starting a training run: from fresh weights, from a checkpoint's weights in a new run, or the run
 a checkpoint comes from, resumed exactly; and the Run the trainer carries from step to step."""
+import dataclasses
 import math
 import shutil
 from dataclasses import dataclass, field
@@ -12,10 +13,11 @@ from torch.nn.parallel import DistributedDataParallel
 import checkpoints
 from atomic import remove_stale_temps
 from config import INI_KEYS, Config, ini_text
+from run_plan import parse_scheduler
 from errors import UserError
 from hardware import check_fits_memory
 from model import ModelConfig, count_parameters, parameter_count
-from optimizer import make_optimizer
+from optimizer import in_stable_phase, make_optimizer, run_progress
 from run_log import RunLog, create_run_dir, write_run_config
 from task import Task
 from throughput import Throughput
@@ -42,6 +44,7 @@ class Run:
     start: str | None = None  # the checkpoint whose weights a new run started from
     lineage: list = field(default_factory=list)  # the training behind those weights (checkpoints.stage)
     resumed_at: int | None = None  # the step a resumed run went on from
+    own_dir: bool = True  # its directory made for it: removed again if it fails before its first step
     meter: Throughput | None = None  # the training figures since the last log line
     log_sums: dict | None = None  # the meter's sums when the checkpoint a run resumes from was saved
 
@@ -55,6 +58,37 @@ def resumes(checkpoint: dict, task: Task, config: Config) -> bool:
     its run; any other (pre-training to fine-tune, an imported model) starts a new run from its weights."""
     same_heads = bool(checkpoint["model_config"]["sentence_classes"]) == (config.sentence_objective != "none")
     return checkpoint["task"] == task.name and checkpoint["optimizer"] is not None and same_heads
+
+
+def decay_branch(config: Config, saved: dict, path: Path, task: str) -> Config:
+    """The config of --decay-from's run: the checkpoint's wsd run goes on from its step, with
+    lr-scheduler wsd:DECAY where DECAY is the share of this run's length (max-iters and
+    lr-decay-iters, or time-budget) still ahead of that step, so the rate falls from learning-rate
+    there to min-learning-rate at the end (mask-rate's @decay steps down there too)."""
+    settings = checkpoints.saved_settings(saved)
+    if saved["task"] != task or saved["optimizer"] is None:
+        kind = f"a {saved['task']} checkpoint" + ("" if saved["optimizer"] is not None else " without its optimizer")
+        raise UserError(f"--decay-from {path}: {kind}; it takes a checkpoint of a task-type = {task} run, with "
+                        f"its optimizer")
+    stable = parse_scheduler(settings["lr_scheduler"])
+    if stable.name != "wsd":
+        raise UserError(f"--decay-from {path}: its run has lr-scheduler = {settings['lr_scheduler']}; the decay "
+                        f"branches from the stable phase of a wsd run")
+    plan = {name: settings[name] for name in ("lr_scheduler", "lr_decay_iters", "time_budget", "warmup_iters")}
+    then = dataclasses.replace(config, **plan)
+    step, elapsed = saved["step"], saved["elapsed"]
+    if not in_stable_phase(step, elapsed / then.budget_seconds if then.budget_seconds else 0.0, then):
+        raise UserError(f"--decay-from {path}: step {step} is past the stable phase of its run (lr-scheduler = "
+                        f"{settings['lr_scheduler']}); take a checkpoint from before its decay, such as stable.pt")
+    done = run_progress(step, elapsed / config.budget_seconds if config.budget_seconds else 0.0, config)
+    if done >= 1:
+        length = f"time-budget = {config.time_budget}" if config.budget_seconds else \
+            f"lr-decay-iters = {config.lr_decay_iters}"
+        raise UserError(f"--decay-from {path}: the checkpoint is at step {step} and {length} ends this run there; "
+                        f"give the decay steps (or time) beyond it")
+    shape = parse_scheduler(config.lr_scheduler).shape if parse_scheduler(config.lr_scheduler).name == "wsd" \
+        else stable.shape
+    return dataclasses.replace(config, lr_scheduler=f"wsd:{1 - done:.6g}:{shape}")
 
 
 def check_same_measure(path: Path, saved_settings: dict, task: Task, config: Config):
@@ -110,12 +144,12 @@ class RunStarter:
         self.device = task.device
 
     def start(self, checkpoint_path: Path | None, start: dict | None, switch_training: bool,
-              load_optimizer: bool) -> Run:
+              load_optimizer: bool, branch: bool = False) -> Run:
         """A new run, from fresh weights or a checkpoint's (`start`, as loaded from checkpoint_path);
         or, where --cp's rule says so and switch_training does not overrule it, the checkpoint's run
-        resumed."""
-        if start is not None and not switch_training and resumes(start, self.task, self.config):
-            return self.resume_run(start, checkpoint_path, load_optimizer)
+        resumed; with branch (--decay-from), resumed in a new run directory under the config's schedule."""
+        if branch or start is not None and not switch_training and resumes(start, self.task, self.config):
+            return self.resume_run(start, checkpoint_path, load_optimizer, branch)
         return self.new_run(start, checkpoint_path)
 
     def new_run(self, start: dict | None, start_path: Path | None) -> Run:
@@ -140,21 +174,26 @@ class RunStarter:
             raise
         return run
 
-    def resume_run(self, saved: dict, path: Path, load_optimizer: bool = True) -> Run:
+    def resume_run(self, saved: dict, path: Path, load_optimizer: bool = True, branch: bool = False) -> Run:
         """The run `saved` comes from, continued exactly: weights, optimizer, data position, random
-        states. It goes on in its run directory (a copied checkpoint: in a new one)."""
+        states. It goes on in its run directory (a copied checkpoint, or a branch: in a new one)."""
         settings = checkpoints.saved_settings(saved)
         check_same_measure(path, settings, self.task, self.config)
+        if not branch and "lr_scheduler" in settings:
+            check_kept(path, "lr_scheduler", settings["lr_scheduler"], self.config.lr_scheduler,
+                       "set it so, or add --switch-training to start a new run from these weights")
         check_same_global_batch(path, saved, self.config, self.world_size)
         if load_optimizer:
             check_same_optimizer_groups(path, settings, self.config)
         model = self.restored_model(saved, path)
         self.task.check_data(("val",))
-        run_dir = checkpoints.run_dir_of(path) or self.new_run_dir()
+        resumed_dir = None if branch else checkpoints.run_dir_of(path)
+        run_dir = resumed_dir or self.new_run_dir()
         if self.rank == 0:
             remove_stale_temps(run_dir / "checkpoints")
         log = RunLog(run_dir if self.rank == 0 else None, self.config)
         run = self.open_run(model, run_dir, log)
+        run.own_dir = resumed_dir is None
         if load_optimizer:
             run.optimizer.load_state_dict(saved["optimizer"])
         else:
@@ -169,15 +208,19 @@ class RunStarter:
                 f"ranks {len(states)} and up start from fresh seeds")
         run.step, run.best, run.position = saved["step"], saved["best"], saved["data_position"]
         run.tokens, run.elapsed, run.start = saved["tokens"], saved["elapsed"], saved["start"]
-        run.lineage = saved["lineage"]
+        run.lineage = saved["lineage"]  # a branch goes on counting its run's steps and tokens: no new stage
         run.resumed_at = run.step
-        log(f"resuming {path} at step {run.step}")
+        if branch:
+            run.start = str(path.resolve())
+            log(f"decaying from {path} at step {run.step}: lr-scheduler = {self.config.lr_scheduler} for this run")
+        else:
+            log(f"resuming {path} at step {run.step}")
         self.announce(run)
         return run
 
     def remove_failed_start(self, run: Run):
-        """A new run that failed before its first step leaves no directory behind."""
-        if run.resumed_at is None:
+        """A run in a directory of its own that failed before its first step leaves no directory behind."""
+        if run.own_dir:
             self.discard_run_dir(run.run_dir, run.log)
 
     def discard_run_dir(self, run_dir: Path, log: RunLog | None):

@@ -58,12 +58,12 @@ class Trainer:
         self.mask_rate_falls = rates.start != rates.end  # then each log line says the step's
 
     def fit(self, checkpoint_path: Path | None = None, saved: dict | None = None, *, switch_training: bool = False,
-            load_optimizer: bool = True, stop: StopRequest | None = None) -> Path:
+            load_optimizer: bool = True, branch: bool = False, stop: StopRequest | None = None) -> Path:
         """Train from scratch, resume a run, or start a new run from a checkpoint's weights (`saved`,
         checkpoints.load of checkpoint_path; switch_training: whatever the checkpoint; load_optimizer
-        False: resume with a fresh optimizer). `stop`: the caller's, to learn whether the run was
-        stopped; else its own."""
-        run = self.starter.start(checkpoint_path, saved, switch_training, load_optimizer)
+        False: resume with a fresh optimizer; branch: --decay-from's run). `stop`: the caller's, to
+        learn whether the run was stopped; else its own."""
+        run = self.starter.start(checkpoint_path, saved, switch_training, load_optimizer, branch)
         first_step = run.step
         if self.rank == 0:  # a resumed run is not finished until it reaches its end again
             finished_marker(run.run_dir).unlink(missing_ok=True)

@@ -288,7 +288,7 @@ def test_the_logged_curve_after_a_resume_equals_the_uninterrupted_one(mlm_workdi
 
 
 @pytest.mark.parametrize("override", [["--mask-rate", "0.3"], ["--val-dataset-pattern", "train_imdb_64_*.msgpack"],
-                                      ["--masking", "static"]])
+                                      ["--masking", "static"], ["--lr-scheduler", "linear"]])
 def test_resuming_refuses_settings_that_change_what_the_run_measures(mlm_workdir, capsys, override,
                                                                     skip_flops_measurement):
     run_to(2, "--val-interval", "2")
@@ -534,3 +534,74 @@ def test_wsd_keeps_the_last_checkpoint_before_its_decay_as_stable_pt(mlm_workdir
     # Saved at steps 2, 4 and 6; the decay takes the second half of the run, from step 3 on.
     assert load(directory / "stable.pt")["step"] == 2 and load(directory / "checkpoint.pt")["step"] == 6
     assert not list(directory.glob(".*"))
+
+
+def wsd_run(*extra: str, **settings) -> list[str]:
+    """The options of a wsd:0.25 run of 8 steps (its decay begins at step 6), settings overridden."""
+    settings = {"lr_scheduler": "wsd:0.25", "max_iters": 8, "lr_decay_iters": 8, "warmup_iters": 1,
+                "val_interval": 2, "dropout": 0} | settings
+    return [*(item for name, value in settings.items() for item in (f"--{name.replace('_', '-')}", str(value))),
+            *extra]
+
+
+def test_a_decay_from_a_stable_checkpoint_trains_as_a_run_planned_with_that_decay(
+        mlm_workdir, training_losses, skip_flops_measurement):
+    """stable.pt of a wsd:0.25 run of 8 steps is step 4 (its decay begins at step 6); decayed from
+    there to step 8, the branch's steps are those of a wsd:0.5 run of 8 steps, loss for loss, in a
+    new run directory that records where it came from and resumes exactly."""
+    main.main(wsd_run("--run-id", "planned", lr_scheduler="wsd:0.5"))
+    planned = training_losses[4:]
+    training_losses.clear()
+    main.main(wsd_run("--run-id", "stable"))
+    stable = Path("runs/stable/checkpoints/stable.pt")
+    assert load(stable)["step"] == 4
+    training_losses.clear()
+    main.main(wsd_run("--run-id", "branch", "--decay-from", str(stable), max_iters=6))
+    branch = Path("runs/branch")
+    main.main(wsd_run("--cp", str(branch / "checkpoints/checkpoint.pt"),  # resumed at step 6, as its config.ini says
+                      lr_scheduler="wsd:0.5:sqrt"))
+    assert np.allclose(training_losses, planned, rtol=0, atol=1e-5), (training_losses, planned)
+    saved = load(branch / "checkpoints/checkpoint.pt")
+    assert saved["step"] == 8 and saved["lineage"] == load(stable)["lineage"]
+    assert saved["start"] == str(stable.resolve())
+    assert "lr-scheduler = wsd:0.5:sqrt" in (branch / "config.ini").read_text()
+    assert f"decaying from {stable} at step 4" in (branch / "logs/log.txt").read_text()
+    assert not (branch / "checkpoints/stable.pt").exists()  # all of it is decay
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--decay-from", "runs/stable/checkpoints/checkpoint.pt"],
+     "--decay-from runs/stable/checkpoints/checkpoint.pt: step 8 is past the stable phase of its run "
+     "(lr-scheduler = wsd:0.25); take a checkpoint from before its decay, such as stable.pt"),
+    (["--decay-from", "runs/stable/checkpoints/stable.pt", "--lr-decay-iters=4", "--max-iters=4"],
+     "--decay-from runs/stable/checkpoints/stable.pt: the checkpoint is at step 4 and lr-decay-iters = 4 ends "
+     "this run there"),
+    (["--decay-from", "runs/stable/checkpoints/stable.pt", "--task-type", "electra"],
+     "--decay-from runs/stable/checkpoints/stable.pt: a mlm checkpoint; it takes a checkpoint of a "
+     "task-type = electra run"),
+    (["--decay-from", "runs/stable/checkpoints/stable.pt", "--cp", "runs/stable/checkpoints/stable.pt"],
+     "--decay-from and --cp: --decay-from names the checkpoint"),
+    (["--decay-from", "runs/stable/checkpoints/stable.pt", "--switch-training"],
+     "--decay-from and --switch-training"),
+])
+def test_a_decay_that_cannot_branch_is_one_line_and_leaves_no_run(mlm_workdir, capsys, skip_flops_measurement,
+                                                                  extra, message):
+    main.main(wsd_run("--run-id", "stable"))
+    capsys.readouterr()
+    settings = dict(option.removeprefix("--").replace("-", "_").split("=") for option in extra if "=" in option)
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(wsd_run(*(option for option in extra if "=" not in option), **settings))
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith(f"error: {message}"), error
+    assert sorted(path.name for path in Path("runs").iterdir()) == ["stable"]
+
+
+def test_a_decay_from_a_run_without_a_stable_phase_is_one_line(mlm_workdir, capsys, skip_flops_measurement):
+    main.main(["--run-id", "cosine", "--max-iters", "2", "--val-interval", "2"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main.main(["--max-iters", "4", "--decay-from", "runs/cosine/checkpoints/checkpoint.pt"])
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: --decay-from runs/cosine/checkpoints/checkpoint.pt: its run has lr-scheduler = cosine; the decay "
+        "branches from the stable phase of a wsd run")
