@@ -6,7 +6,8 @@ Example:
 
 Reads text (compressed or not), JSON lines, parquet or a datasets folder (src/input_files.py), a
 document a record, in chunks, so corpora larger than memory work; -n processes tokenize. Segments
-run on across documents; each becomes [CLS] segment [SEP] in the train, val or test shard (80/10/10
+run on across documents (with --documents apart, each document is closed by [SEP] and attends only
+within itself); each becomes [CLS] segment [SEP] in the train, val or test shard (80/10/10
 by a hash of the seed and sample index; --val-share, --test-share). The corpus is cut into units of
 about --shard-tokens tokens, each packed on its own into its numbered shards:
 OUTDIR/{train,val,test}_LABEL_m_SEED-NNNNN.msgpack.gz (a corpus of one unit: without -NNNNN). Run
@@ -33,6 +34,7 @@ from config import SENTENCE_OBJECTIVES  # noqa: E402
 from corpus_units import document_pieces, parse_part, prepare, print_made, unit_chars_for  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from input_files import BadRecords, add_input_arguments, find_inputs, read_documents  # noqa: E402
+from shards import DOCUMENTS  # noqa: E402
 from preparation import (SPLITS, SplitWriter, add_shared_arguments, check_shared_arguments,  # noqa: E402
                          output_dir, split_summary)
 from sentence_pairs import PairMaker, pair_sample  # noqa: E402
@@ -80,25 +82,33 @@ def pack_segments(breaks: np.ndarray, max_pieces: int, final: bool) -> tuple[lis
 
 
 class SegmentPacker:
-    """Packs chunk after chunk, carrying the open segment, so chunking never changes the result."""
+    """Packs chunk after chunk, carrying the open segment, so chunking never changes the result.
+    With documents apart, each document ends in a [SEP] that closes it (kept with its last word), so
+    a segment holds whole documents and pieces of them, told apart by those [SEP]s."""
 
-    def __init__(self, vocab, max_pieces: int):
+    def __init__(self, vocab, max_pieces: int, documents: str = "joined"):
         self.is_continuation = vocab.is_continuation  # a segment may not start at `##ing`
         self.unk_id, self.cls_id, self.sep_id = vocab.unk_id, vocab.cls_id, vocab.sep_id
         self.max_pieces = max_pieces
+        self.apart = documents == "apart"
         self.carry_ids = np.empty(0, dtype=np.int64)
         self.carry_breaks = np.empty(0, dtype=bool)
         self.pieces = self.words_cut = self.short = self.unknown = 0
 
-    def pack(self, ids: np.ndarray, final: bool = False) -> list[np.ndarray]:
-        """Segments closed by this chunk's ids (whole documents), each an array of word pieces."""
+    def pack(self, encoded, final: bool = False) -> list[np.ndarray]:
+        """Segments closed by this chunk's ids (whole documents; with documents apart, the ids and
+        each document's count of them), each an array of word pieces."""
+        ids, lengths = encoded if self.apart else (encoded, None)
         ids = ids.astype(np.int64)
         word_starts = ~self.is_continuation[ids]
         word_starts[:1] = True  # a chunk starts at the start of a document
-        breaks, cut = cut_long_words(word_starts, self.max_pieces)
-        self.words_cut += cut
         self.pieces += len(ids)
         self.unknown += int(np.count_nonzero(ids == self.unk_id))
+        if lengths is not None:
+            ends = np.cumsum(lengths[lengths > 0])
+            ids, word_starts = np.insert(ids, ends, self.sep_id), np.insert(word_starts, ends, False)
+        breaks, cut = cut_long_words(word_starts, self.max_pieces)
+        self.words_cut += cut
         ids = np.concatenate([self.carry_ids, ids])
         breaks = np.concatenate([self.carry_breaks, breaks])
         spans, rest = pack_segments(breaks, self.max_pieces, final)
@@ -106,15 +116,18 @@ class SegmentPacker:
         self.short += sum(end - begin < self.max_pieces / 2 for begin, end in spans)
         return [ids[begin:end] for begin, end in spans]
 
-    def add(self, writer: SplitWriter, ids: np.ndarray) -> None:
-        writer.add(with_cls_sep(self.pack(ids), self.cls_id, self.sep_id))
+    def add(self, writer: SplitWriter, encoded) -> None:
+        writer.add(self.samples(self.pack(encoded)))
 
     def finish(self, writer: SplitWriter) -> None:
-        writer.add(with_cls_sep(self.pack(np.empty(0, dtype=np.int64), final=True), self.cls_id, self.sep_id))
+        nothing = np.empty(0, dtype=np.int64)
+        writer.add(self.samples(self.pack((nothing, nothing) if self.apart else nothing, final=True)))
 
-
-def with_cls_sep(segments: list[np.ndarray], cls_id: int, sep_id: int) -> list[np.ndarray]:
-    return [np.concatenate(([cls_id], segment, [sep_id])) for segment in segments]
+    def samples(self, segments: list[np.ndarray]) -> list[np.ndarray]:
+        """[CLS] segment [SEP]; a segment that ends with its document's [SEP] (documents apart) keeps one."""
+        closed = [self.apart and len(segment) and segment[-1] == self.sep_id for segment in segments]
+        return [np.concatenate(([self.cls_id], segment, [] if ends else [self.sep_id]))
+                for segment, ends in zip(segments, closed)]
 
 
 class UnitPairs:
@@ -167,13 +180,20 @@ def parse_args(argv=None):
     parser.add_argument("--pairs", choices=SENTENCE_OBJECTIVES, default="none",
                         help="none: pack words into segments (default); nsp or sop: sentence pairs labelled for "
                              "next-sentence or sentence-order prediction")
-    return parser.parse_args(argv)
+    parser.add_argument("--documents", choices=DOCUMENTS, default="joined",
+                        help="joined: segments run on across documents (default); apart: each document closed by "
+                             "[SEP], a sample packs several, and each attends only within itself")
+    args = parser.parse_args(argv)
+    if args.documents == "apart" and args.pairs != "none":
+        raise UserError(f"--documents apart packs documents into samples; --pairs {args.pairs} makes sentence pairs "
+                        f"of them: leave one out")
+    return args
 
 
 def unit_maker(args, vocab):
     """A new maker for each unit: segments, or sentence pairs."""
     if args.pairs == "none":
-        return lambda piece: SegmentPacker(vocab, args.seq_len - 2)
+        return lambda piece: SegmentPacker(vocab, args.seq_len - 2, args.documents)
     shares = (args.val_share, args.test_share)
     return lambda piece: UnitPairs(vocab, args.pairs, args.seq_len, args.seed, shares, piece.first_document)
 
@@ -189,7 +209,8 @@ def main(argv=None):
     batches = read_documents(inputs, args.text_field, bad, max(1, int(args.chunk_mb * 2**20)))
     with output_dir(args.output):  # removed again if nothing is written
         unit_chars, batches = unit_chars_for(vocab, batches, args.shard_tokens)
-        with Tokenizing(vocab, args.nproc, "ids" if args.pairs == "none" else "sentences") as tokenizing:
+        kind = "sentences" if args.pairs != "none" else "documents" if args.documents == "apart" else "ids"
+        with Tokenizing(vocab, args.nproc, kind) as tokenizing:
             made, plan = prepare(args, vocab, inputs, document_pieces(batches, unit_chars), unit_chars,
                                  tokenizing.map, unit_maker(args, vocab), "prepare_mlm_dataset.py")
         if not plan.decided:  # not one document

@@ -51,7 +51,8 @@ class CausalLMTask:
 
     def loss(self, model, batch: dict, generator: torch.Generator | None = None, mask_rate: float | None = None):
         labels = self.next_tokens(batch["input_ids"])
-        logits, loss = model(batch["input_ids"], labels, attention_mask=batch["attention_mask"])
+        logits, loss = model(batch["input_ids"], labels, attention_mask=batch["attention_mask"],
+                             document_ids=batch.get("document_ids"))
         return loss, token_statistics(logits, labels)
 
     def metrics(self, loss: float, statistics: torch.Tensor) -> dict:
@@ -66,9 +67,10 @@ class CausalLMTask:
         """The first validation sample's opening, and the model's guess for each next token."""
         batch = next(self.eval_batches("val", 1))
         ids = batch["input_ids"][:1, :24]
+        documents = batch.get("document_ids")
         model.eval()
         with autocast:
-            logits, _ = model(ids)
+            logits, _ = model(ids, document_ids=None if documents is None else documents[:1, :24])
         model.train()
         guesses = [self.vocab.cls_id] + logits[0, :-1].argmax(-1).tolist()
         return (f"next-token guesses: {self.vocab.render(guesses, {})}\n"

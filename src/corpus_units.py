@@ -106,7 +106,7 @@ def unit_chars_for(vocab, batches, shard_tokens: int) -> tuple[int, Iterator[lis
             break
         sample.append(document)
         sample_chars += len(document)
-    tokens = len(document_ids(vocab, sample))
+    tokens = len(document_ids(vocab, sample)[0])
     return max(1, round(shard_tokens * sample_chars / max(tokens, 1))), itertools.chain(head, batches)
 
 
@@ -228,8 +228,8 @@ def prepare(args, vocab, inputs, pieces: Iterator[Piece], unit_size: int, encode
     def new_writer(unit: int) -> SplitWriter:
         return SplitWriter(args.output, args.label, vocab, seq_len=args.seq_len, seed=args.seed, masking=args.masking,
                            copies=args.copies, rule=rule, source_files=inputs, created_by=created_by,
-                           pairs=getattr(args, "pairs", "none"), shares=(args.val_share, args.test_share), unit=unit,
-                           preparation=preparation)
+                           pairs=getattr(args, "pairs", "none"), documents=getattr(args, "documents", "joined"),
+                           shares=(args.val_share, args.test_share), unit=unit, preparation=preparation)
 
     plan = UnitPlan(new_writer, preparation, parse_part(args.part))
     with tqdm(unit="tok", unit_scale=True, desc=created_by.removesuffix(".py")) as bar:
@@ -245,6 +245,8 @@ def counting_progress(bar) -> Callable[[Piece, object], None]:
         nonlocal documents
         if isinstance(encoded, np.ndarray):
             bar.update(len(encoded))
+        elif isinstance(encoded, tuple):  # ids and each document's count of them
+            bar.update(len(encoded[0]))
         else:  # documents as sentences
             bar.update(sum(len(sentence) for document in encoded for sentence in document))
         if isinstance(piece.payload, list):

@@ -58,7 +58,8 @@ class ElectraTask:
         labels = batch["labels"]
         generator_logits, detector_logits, corrupted = model(
             batch["input_ids"], batch["positions"], labels, batch["original_ids"],
-            attention_mask=batch["attention_mask"], sampling=generator or self.evaluation_sampling)
+            attention_mask=batch["attention_mask"], sampling=generator or self.evaluation_sampling,
+            document_ids=batch.get("document_ids"))
         replaced = corrupted != batch["original_ids"]
         real = (torch.ones_like(replaced) if batch["attention_mask"] is None else batch["attention_mask"]).float()
         detection = F.binary_cross_entropy_with_logits(detector_logits.float(), replaced.float(), reduction="none")
@@ -90,7 +91,8 @@ class ElectraTask:
         with autocast:
             _, detector_logits, corrupted = model(batch["input_ids"], batch["positions"], batch["labels"],
                                                   batch["original_ids"], attention_mask=batch["attention_mask"],
-                                                  sampling=self.evaluation_sampling)
+                                                  sampling=self.evaluation_sampling,
+                                                  document_ids=batch.get("document_ids"))
         model.train()
         original, corrupted = batch["original_ids"][0].tolist(), corrupted[0].tolist()
         flagged = (detector_logits[0] > 0).tolist()

@@ -71,6 +71,8 @@ def make_batch(shard: Shard, rows: np.ndarray, seq_len: int, pad_id: int, sep_id
     if shard.pair_labels is not None:
         batch["segment_ids"] = segment_ids(unmasked_ids(batch), real, sep_id)
         batch["sentence_labels"] = shard.pair_labels[rows].astype(np.int64)
+    if shard.documents == "apart":
+        batch["document_ids"] = document_ids(unmasked_ids(batch), real, sep_id)
     return batch
 
 
@@ -89,6 +91,16 @@ def segment_ids(input_ids: np.ndarray, real: np.ndarray, sep_id: int) -> np.ndar
     is_sep = input_ids == sep_id
     after_first_sep = np.cumsum(is_sep, axis=1) - is_sep > 0
     return (after_first_sep & real).astype(np.int64)
+
+
+def document_ids(input_ids: np.ndarray, real: np.ndarray, sep_id: int) -> np.ndarray:
+    """Which document of its row each token of [batch, length] rows of documents apart is in: a
+    [SEP] closes its document. Padding counts with the row's last document, so that every query
+    has a key to attend to."""
+    closes = (input_ids == sep_id) & real
+    document = np.cumsum(closes, axis=1) - closes
+    last = np.maximum(closes.sum(axis=1, keepdims=True) - 1, 0)
+    return np.minimum(document, last).astype(np.int64)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -114,7 +114,8 @@ class MaskedLMTask:
         if self.objective != "none":
             return self.pair_loss(model, batch)
         logits, loss = model(batch["input_ids"], batch["positions"], batch["labels"],
-                             attention_mask=batch["attention_mask"], segment_ids=batch.get("segment_ids"))
+                             attention_mask=batch["attention_mask"], segment_ids=batch.get("segment_ids"),
+                             document_ids=batch.get("document_ids"))
         return loss, token_statistics(logits, batch["labels"])
 
     def pair_loss(self, model, batch: dict):
@@ -143,7 +144,7 @@ class MaskedLMTask:
         model.eval()
         with autocast:
             outputs = model(batch["input_ids"], batch["positions"], attention_mask=batch["attention_mask"],
-                            segment_ids=batch.get("segment_ids"))
+                            segment_ids=batch.get("segment_ids"), document_ids=batch.get("document_ids"))
         model.train()
         scored = (batch["labels"][0] != IGNORE_INDEX).tolist()
         positions = batch["positions"][0].tolist()

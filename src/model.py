@@ -104,12 +104,15 @@ class Embeddings(nn.Module):
         self.norm = make_norm(config)
         self.dropout = cpu_kernels.Dropout(config.dropout)
 
-    def forward(self, input_ids, segment_ids=None):
+    def forward(self, input_ids, segment_ids=None, positions=None):
+        """positions: [batch, length] (token_positions), or None for 0 .. length - 1."""
         x = self.token(input_ids)
+        if positions is None and (self.position is not None or self.fixed_positions is not None):
+            positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         if self.position is not None:
-            x = x + self.position(torch.arange(input_ids.shape[1], device=input_ids.device))
+            x = x + self.position(positions)
         if self.fixed_positions is not None:
-            x = x + self.fixed_positions[:input_ids.shape[1]].to(x.dtype)
+            x = x + self.fixed_positions[positions].to(x.dtype)
         x = x + (self.segment.weight[0] if segment_ids is None else self.segment(segment_ids))
         return self.dropout(self.norm(x))
 
@@ -125,12 +128,19 @@ class Rotary(nn.Module):
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
 
-    def forward(self, x, offset: int = 0):
-        """x: [batch, heads, length, head_width], positions offset .. offset + length - 1."""
-        length = x.shape[2]
-        cos, sin = self.cos[offset:offset + length].to(x.dtype), self.sin[offset:offset + length].to(x.dtype)
-        first, second = x.chunk(2, dim=-1)
-        return x * cos + torch.cat([-second, first], dim=-1) * sin
+    def forward(self, length: int, positions=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cos and sin of the angles of positions 0 .. length - 1 ([length, head_width]), or of
+        `positions` ([batch, length] -> [batch, 1, length, head_width]), for rotate."""
+        if positions is None:
+            return self.cos[:length], self.sin[:length]
+        return self.cos[positions][:, None], self.sin[positions][:, None]
+
+
+def rotate(x, angles: tuple[torch.Tensor, torch.Tensor]):
+    """x [batch, heads, length, head_width] turned by Rotary's angles."""
+    cos, sin = (angle.to(x.dtype) for angle in angles)
+    first, second = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-second, first], dim=-1) * sin
 
 
 def rotary_angles(config: ModelConfig, base: float = 10_000.0) -> torch.Tensor:
@@ -155,7 +165,7 @@ class SelfAttention(nn.Module):
         batch, length, width = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.heads, width // self.heads).permute(2, 0, 3, 1, 4)
         if rotary is not None:
-            q, k = rotary(q), rotary(k)
+            q, k = rotate(q, rotary), rotate(k, rotary)
         dropout = self.dropout if self.training else 0.0
         # A padding mask is combined with causality in Encoder.attention_mask; alone, SDPA's flag is faster.
         causal = self.causal and attention_mask is None
@@ -223,23 +233,40 @@ class Encoder(nn.Module):
         # Pre-norm leaves the residual stream unnormalised: one norm after the last layer.
         self.final_norm = make_norm(config) if config.pre_norm else None
 
-    def forward(self, input_ids, attention_mask=None, segment_ids=None, embedded=None):
+    def forward(self, input_ids, attention_mask=None, segment_ids=None, embedded=None, document_ids=None):
         """attention_mask: bool [batch, length], True for real tokens; None when nothing is padded.
-        embedded: inputs already embedded, in place of input_ids."""
-        attention_mask = self.attention_mask(attention_mask)
-        x = self.embeddings(input_ids, segment_ids) if embedded is None else embedded
+        embedded: inputs already embedded, in place of input_ids. document_ids: [batch, length] for
+        rows of documents packed apart: a token sees its own document only, at positions from 0."""
+        positions = token_positions(document_ids)
+        attention_mask = self.attention_mask(attention_mask, document_ids)
+        x = self.embeddings(input_ids, segment_ids, positions) if embedded is None else embedded
+        rotary = None if self.rotary is None else self.rotary(x.shape[1], positions)
         for layer in self.layers:
-            x = layer(x, attention_mask, self.rotary)
+            x = layer(x, attention_mask, rotary)
         return x if self.final_norm is None else self.final_norm(x)
 
-    def attention_mask(self, real):
+    def attention_mask(self, real, document_ids=None):
         """[batch, 1, queries, keys] for SDPA: which keys each query may see."""
-        if real is None:
+        if real is None and document_ids is None:
             return None  # causal alone is SDPA's is_causal
-        mask = real[:, None, None, :]  # broadcast over heads and queries
+        mask = None if real is None else real[:, None, None, :]  # broadcast over heads and queries
+        if document_ids is not None:
+            same = document_ids[:, None, :, None] == document_ids[:, None, None, :]
+            mask = same if mask is None else mask & same
         if self.causal:
-            mask = mask & earlier_or_same(real.shape[1], real.device)
+            mask = mask & earlier_or_same(mask.shape[-1], mask.device)
         return mask
+
+
+def token_positions(document_ids):
+    """Each token's position in its document ([batch, length]): every document starts again at 0,
+    as it would alone (and as a fine-tuning input does); None (0 .. length - 1) without documents."""
+    if document_ids is None:
+        return None
+    index = torch.arange(document_ids.shape[1], device=document_ids.device).expand_as(document_ids)
+    starts = torch.ones_like(document_ids, dtype=torch.bool)
+    starts[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
+    return index - torch.where(starts, index, 0).cummax(dim=1).values
 
 
 def init_weights(module: nn.Module):
@@ -280,9 +307,9 @@ class BertForMaskedLM(nn.Module):
         self.head = MaskedLMHead(config, self.encoder.embeddings.token)
         self.apply(init_weights)
 
-    def forward(self, input_ids, positions, labels=None, attention_mask=None, segment_ids=None):
+    def forward(self, input_ids, positions, labels=None, attention_mask=None, segment_ids=None, document_ids=None):
         """Logits at the masked positions only, [batch, P, vocab], and their mean loss."""
-        hidden = self.encoder(input_ids, attention_mask, segment_ids)
+        hidden = self.encoder(input_ids, attention_mask, segment_ids, document_ids=document_ids)
         logits = self.predict_masked(hidden, positions)
         return logits, None if labels is None else token_loss(logits, labels)
 
@@ -318,9 +345,9 @@ class BertForPreTraining(BertForMaskedLM):
         self.sentence_head.apply(init_weights)
 
     def forward(self, input_ids, positions, labels=None, attention_mask=None, segment_ids=None,
-                sentence_labels=None):
+                sentence_labels=None, document_ids=None):
         """(masked logits, sentence logits [batch, classes], MLM loss + sentence loss)."""
-        hidden = self.encoder(input_ids, attention_mask, segment_ids)
+        hidden = self.encoder(input_ids, attention_mask, segment_ids, document_ids=document_ids)
         logits = self.predict_masked(hidden, positions)
         sentence_logits = self.classify_pair(hidden)
         if labels is None:
@@ -346,9 +373,9 @@ class BertForCausalLM(nn.Module):
         self.head = MaskedLMHead(config, self.encoder.embeddings.token)
         self.apply(init_weights)
 
-    def forward(self, input_ids, labels=None, attention_mask=None):
+    def forward(self, input_ids, labels=None, attention_mask=None, document_ids=None):
         """labels: [batch, length], the next token at each position, IGNORE_INDEX where none."""
-        logits = self.head(self.encoder(input_ids, attention_mask))
+        logits = self.head(self.encoder(input_ids, attention_mask, document_ids=document_ids))
         return logits, None if labels is None else token_loss(logits, labels)
 
 
@@ -380,13 +407,14 @@ class ElectraForPreTraining(nn.Module):
         self.apply(init_weights)
 
     def forward(self, input_ids, positions, labels, original_ids, attention_mask=None, segment_ids=None,
-                sampling: torch.Generator | None = None):
+                sampling: torch.Generator | None = None, document_ids=None):
         """input_ids: masked; labels: the original ids at `positions` (IGNORE_INDEX in unused slots).
         Returns the generator's logits at the masked positions [batch, P, vocab], the detector's
         logit per token [batch, length] and the discriminator's input: the originals with the
         generator's samples at the masked positions (a sample may be the original token)."""
-        embedded = self.encoder.embeddings(input_ids, segment_ids)
-        generated = self.generator(None, attention_mask, embedded=self.generator_input(embedded))
+        embedded = self.encoder.embeddings(input_ids, segment_ids, token_positions(document_ids))
+        generated = self.generator(None, attention_mask, embedded=self.generator_input(embedded),
+                                   document_ids=document_ids)
         index = positions.unsqueeze(-1).expand(-1, -1, generated.shape[-1])
         generator_logits = self.generator_head(generated.gather(1, index))
         with torch.no_grad():  # the discriminator's input is data, not a path for gradients
@@ -395,7 +423,8 @@ class ElectraForPreTraining(nn.Module):
             used = labels != IGNORE_INDEX
             fill = torch.where(used, sampled, original_ids.gather(1, positions))
             corrupted = original_ids.scatter(1, positions, fill)
-        detector_logits = self.detector(self.encoder(corrupted, attention_mask, segment_ids)).squeeze(-1)
+        detector_logits = self.detector(self.encoder(corrupted, attention_mask, segment_ids,
+                                                     document_ids=document_ids)).squeeze(-1)
         return generator_logits, detector_logits, corrupted
 
 

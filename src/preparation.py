@@ -118,14 +118,14 @@ class SplitWriter:
 
     def __init__(self, out_dir, label: str, vocab, *, seq_len: int, seed: int, masking: str = "none",
                  copies: int = 1, rule: MaskingRule | None = None, source_files=(), created_by: str = "",
-                 pairs: str = "none", shares: tuple[float, float] = DEFAULT_SHARES, unit: int = 0,
-                 preparation: str | None = None):
+                 pairs: str = "none", documents: str = "joined", shares: tuple[float, float] = DEFAULT_SHARES,
+                 unit: int = 0, preparation: str | None = None):
         self.out_dir, self.label, self.vocab = Path(out_dir), label, vocab
         self.seq_len, self.seed, self.masking, self.copies = seq_len, seed, masking, copies
         self.rule = rule  # with static masking
         self.shares, self.unit = shares, unit
-        self.common = {"source_files": source_files, "created_by": created_by, "pairs": pairs, "shard": unit,
-                       "preparation": preparation}
+        self.common = {"source_files": source_files, "created_by": created_by, "pairs": pairs,
+                       "documents": documents, "shard": unit, "preparation": preparation}
         self.samples = np.zeros(len(SPLITS), dtype=np.int64)
         self.tokens = 0
         self.last = False  # set before closing: no unit follows this one

@@ -6,7 +6,9 @@ A shard is a gzip stream of msgpack objects:
    `masking` ("static" or "none"), how static masks were made (`mask_rate`, `whole_word_masking`,
    `mask_replace_mask`, `mask_replace_random`; null otherwise), `split`, `seed`, `copy`,
    `source_files`, `dtype` ("uint16" when the vocabulary fits, else "int32"), `created_by`,
-   `pairs` ("none", "nsp" or "sop"; absent means none), `body_bytes` (the size of what follows the
+   `pairs` ("none", "nsp" or "sop"; absent means none), `documents` ("apart": a sample packs whole
+   documents and pieces of them, each closed by [SEP], which attend only within themselves;
+   "joined" or absent: one segment that runs on across documents), `body_bytes` (the size of what follows the
    header, so a cut copy is told from a whole one); numbered shards add `shard` (the unit),
    `last_shard` and `preparation` (a hash of what made the set);
 2. blocks of up to 4,096 samples, each a map of raw little-endian arrays: `lengths` (uint16 per
@@ -31,6 +33,7 @@ from packed_files import DTYPES, HeaderFirstFile, ShardError, corrupt, dtype_nam
 SHARD_FORMAT = "bert-mlm-shard"
 FORMAT_VERSION = 1
 PAIRS = ("none", "nsp", "sop")  # a shard's `pairs`: what its sentence pairs are labelled for
+DOCUMENTS = ("joined", "apart")  # a shard's `documents`: whether its samples' documents see each other
 SAMPLES_PER_BLOCK = 4096
 
 
@@ -63,7 +66,7 @@ class ShardWriter:
 
     def __init__(self, path, vocab, *, seq_len: int, split: str, seed: int, masker: BlockMasker | None = None,
                  copy: int | None = None, source_files=(), created_by: str = "", pairs: str = "none",
-                 shard: int | None = None, preparation: str | None = None):
+                 documents: str = "joined", shard: int | None = None, preparation: str | None = None):
         self.path = Path(path)
         self.numbering = {"shard": shard, "last_shard": None, "preparation": preparation}
         self.vocab, self.dtype, self.masker, self.pairs = vocab, vocab.id_dtype, masker, pairs
@@ -71,7 +74,7 @@ class ShardWriter:
         self.header_fields = {
             "seq_len": seq_len, "vocab_size": vocab.size, "vocab_checksum": vocab.checksum,
             "split": split, "seed": seed, "copy": copy, "source_files": [str(file) for file in source_files],
-            "dtype": dtype_name(self.dtype), "created_by": created_by}
+            "dtype": dtype_name(self.dtype), "created_by": created_by, "documents": documents}
         self.masking_fields = asdict(rule) if rule else {}  # how a static shard was masked
         self.samples = self.tokens = self.blocks = 0
         self.pending: list = []
@@ -129,7 +132,7 @@ class ShardWriter:
                 **self.masking_fields,
                 "split": fields["split"], "seed": fields["seed"], "copy": fields["copy"],
                 "source_files": fields["source_files"], "dtype": fields["dtype"], "created_by": fields["created_by"],
-                "pairs": self.pairs, **self.numbering}
+                "pairs": self.pairs, "documents": fields["documents"], **self.numbering}
 
     def __exit__(self, kind, error, traceback):
         try:
@@ -175,6 +178,10 @@ class Shard:
     @property
     def pairs(self) -> str:
         return self.header.get("pairs", "none")  # a header without the field: no pairs
+
+    @property
+    def documents(self) -> str:
+        return self.header.get("documents", "joined")  # a header without the field: joined
 
     @property
     def seq_len(self) -> int:
@@ -318,8 +325,8 @@ def _validate_shard_header(path, header) -> None:
                          f"version {FORMAT_VERSION}")
     if header.get("dtype") not in DTYPES or header.get("masking") not in ("static", "none"):
         raise corrupt(path, f"dtype {header.get('dtype')!r}, masking {header.get('masking')!r}")
-    if header.get("pairs", "none") not in PAIRS:
-        raise corrupt(path, f"pairs {header.get('pairs')!r}")
+    if header.get("pairs", "none") not in PAIRS or header.get("documents", "joined") not in DOCUMENTS:
+        raise corrupt(path, f"pairs {header.get('pairs')!r}, documents {header.get('documents')!r}")
     for field in ("samples", "tokens", "seq_len"):
         if not isinstance(header.get(field), int) or header[field] < 0:
             raise corrupt(path, f"header field {field} is {header.get(field)!r}")

@@ -18,7 +18,7 @@ from errors import UserError
 from vocab import Vocab, load_vocab
 
 ENCODE_BATCH_CHARS = 1 << 20
-KINDS = ("ids", "sentences")
+KINDS = ("ids", "documents", "sentences")
 
 # A sentence ends at . ! or ?, maybe followed by a closing quote or bracket, then whitespace.
 # Abbreviations ("Mr. Smith") split too: a pair boundary there costs little.
@@ -46,21 +46,27 @@ def document_batches(documents: list[str], batch_chars: int = ENCODE_BATCH_CHARS
         yield batch
 
 
-def document_ids(vocab: Vocab, documents: list[str]) -> np.ndarray:
-    """The ids of every document, concatenated, as the vocabulary's id dtype."""
+def document_ids(vocab: Vocab, documents: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The ids of every document, concatenated, as the vocabulary's id dtype; and each document's
+    count of them."""
     # The tokenizer's Encoding objects take ~150 bytes a token: encoding in batches of about a
     # megabyte keeps them small (and is faster than one huge batch).
-    arrays = []
+    arrays, lengths = [], []
     for batch in document_batches(documents):
         encoded = vocab.encode(batch)
-        count = sum(len(ids) for ids in encoded)
-        arrays.append(np.fromiter(itertools.chain.from_iterable(encoded), dtype=vocab.id_dtype, count=count))
-    return np.concatenate(arrays) if arrays else np.empty(0, dtype=vocab.id_dtype)
+        counts = [len(ids) for ids in encoded]
+        lengths += counts
+        arrays.append(np.fromiter(itertools.chain.from_iterable(encoded), dtype=vocab.id_dtype, count=sum(counts)))
+    ids = np.concatenate(arrays) if arrays else np.empty(0, dtype=vocab.id_dtype)
+    return ids, np.array(lengths, dtype=np.int64)
 
 
 def encode(vocab: Vocab, kind: str, documents: list[str]):
-    """ids: the documents' ids concatenated; sentences: each document as its sentences' ids."""
+    """ids: the documents' ids concatenated; documents: those ids and each document's count of them;
+    sentences: each document as its sentences' ids."""
     if kind == "ids":
+        return document_ids(vocab, documents)[0]
+    if kind == "documents":
         return document_ids(vocab, documents)
     return encode_documents(vocab, documents)
 

@@ -326,6 +326,9 @@ def cut_rows(batch: dict, length: int) -> dict:
     if mask is not None:
         mask = mask.reshape(-1, length).clone()
         mask[:, 0] = True
+    documents = batch.get("document_ids")
+    if documents is not None:  # a piece of a document starts again at position 0
+        batch = {**batch, "document_ids": documents.reshape(-1, length)}
     return {**batch, "input_ids": ids, "attention_mask": mask}
 
 

@@ -130,6 +130,13 @@ def mlm_base_dir(imdb_corpus, vocab_dir, tmp_path_factory) -> Path:
                                 "--masking", "none")
 
 
+@pytest.fixture(scope="session")
+def mlm_apart_base_dir(imdb_corpus, vocab_dir, tmp_path_factory) -> Path:
+    """Like mlm_base_dir, but each sample packs documents apart (--documents apart)."""
+    return prepare_mlm_base_dir(tmp_path_factory.mktemp("mlm_apart_base"), imdb_corpus, vocab_dir,
+                                "--documents", "apart")
+
+
 def write_mlm_config(directory: Path, **settings) -> Path:
     """directory/config.ini: MLM_SETTINGS with `settings` (keys with '_' or '-') on top."""
     values = MLM_SETTINGS | {key.replace("_", "-"): value for key, value in settings.items()}

@@ -13,7 +13,7 @@ from checkpoints import load
 from config import Config
 from conftest import MLM_SEQ_LEN, TEST_DEVICE
 from errors import UserError
-from lm_data import LanguageModelData, make_batch, split_pattern
+from lm_data import LanguageModelData, document_ids, make_batch, split_pattern
 from mlm_task import MaskedLMTask
 from shards import read_shard
 from test_mlm_task import QUICK
@@ -105,3 +105,10 @@ def test_a_resume_on_another_corpus_under_the_same_names_is_one_line(mlm_workdir
                                 "name that the run trained on; a resumed run reads the data it trained on"), errors
     main.main([*resume, "--switch-training"])
     assert load(Path("runs/run1/checkpoints/checkpoint.pt"))["step"] == 4
+
+
+def test_document_ids_count_the_sep_that_closes_each_document_and_padding_joins_the_last():
+    sep = 3
+    ids = np.array([[2, 7, 8, 3, 9, 3, 0, 0], [2, 7, 7, 7, 7, 7, 7, 3]])
+    real = ids != 0
+    assert document_ids(ids, real, sep).tolist() == [[0, 0, 0, 0, 1, 1, 1, 1], [0] * 8]

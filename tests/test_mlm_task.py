@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import main
-from conftest import TEST_DEVICE
+from conftest import TEST_DEVICE, make_mlm_workdir
 from mlm_task import MaskedLMTask
 from shards import read_shard
 from test_trainer import scalars
@@ -131,3 +131,21 @@ def test_the_log_shows_the_predictions_and_the_original_at_the_masks(task):
     assert [line[:11] for line in shown] == ["predicted: ", "original:  "]
     assert all(line.count("/") == 2 * masked for line in shown)
     assert model.training  # back to training after the look
+
+
+def test_shards_of_documents_apart_train_mlm_electra_and_clm_with_their_document_ids(
+        mlm_apart_base_dir, tmp_path, monkeypatch, keep_signal_handlers, skip_flops_measurement):
+    seen, original = [], MaskedLMTask.loss
+
+    def recording(self, model, batch, generator=None, mask_rate=None):
+        seen.append(batch.get("document_ids"))
+        return original(self, model, batch, generator, mask_rate)
+
+    monkeypatch.setattr(MaskedLMTask, "loss", recording)
+    work = make_mlm_workdir(mlm_apart_base_dir, tmp_path / "work")
+    monkeypatch.chdir(work)
+    main.main(QUICK)
+    check_learned(work)
+    assert all(ids is not None for ids in seen) and max(int(ids.max()) for ids in seen) > 0
+    for task in ("electra", "clm"):  # each runs on them too
+        main.main(["--task-type", task, "--max-iters", "2", "--val-interval", "2", "--val-iters", "1"])

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from masking import IGNORE_INDEX, MaskingRule, mask_tokens
-from model import (BertForCausalLM, BertForMaskedLM, BertForPreTraining, ModelConfig, Rotary,
-                   count_parameters)
+from model import (BertForCausalLM, BertForMaskedLM, BertForPreTraining, ElectraForPreTraining, ModelConfig, Rotary,
+                   count_parameters, rotate, token_positions)
 from vocab import load_vocab
 
 VARIANTS = [dict(norm=norm, position=position, feed_forward=feed_forward)
@@ -98,8 +98,8 @@ def test_rotary_scores_depend_on_distance_only():
     q, k = torch.randn(2, 1, 4, 1, 16, generator=generator)  # one query and one key vector per head
 
     def score(query_position: int, key_position: int) -> torch.Tensor:
-        rotated_q = rotary(q.expand(1, 4, 1, 16), offset=query_position)
-        rotated_k = rotary(k.expand(1, 4, 1, 16), offset=key_position)
+        rotated_q = rotate(q.expand(1, 4, 1, 16), rotary(1, torch.tensor([[query_position]])))
+        rotated_k = rotate(k.expand(1, 4, 1, 16), rotary(1, torch.tensor([[key_position]])))
         return (rotated_q * rotated_k).sum(-1)
 
     for shift in (1, 7, 40):
@@ -119,7 +119,7 @@ def test_rope_encoder_is_invariant_to_where_a_text_starts():
     reference = model.encoder(ids)
     rotary = model.encoder.rotary
     original = rotary.forward
-    rotary.forward = lambda x, offset=0: original(x, offset + 5)
+    rotary.forward = lambda length, positions=None: original(length, torch.arange(length)[None] + 5)
     torch.testing.assert_close(model.encoder(ids), reference, rtol=1e-4, atol=1e-4)
     # Learned positions are absolute: the same shift changes the output.
     learned = BertForMaskedLM(tiny_config(300, n_layer=1)).eval()
@@ -169,3 +169,51 @@ def test_invalid_variants_are_refused():
         tiny_config(300, norm="layernorm")
     with pytest.raises(ValueError, match="even head width"):
         tiny_config(300, d_model=60, heads=4, position="rope")
+
+
+@pytest.mark.parametrize("settings", [dict(position="learned"), dict(position="sinusoidal", norm="preln"),
+                                      dict(position="rope", norm="rmsnorm", feed_forward="geglu"),
+                                      dict(position="rope", causal=True), dict(position="learned", causal=True)])
+def test_a_row_of_documents_apart_encodes_each_as_it_is_alone(settings):
+    """[CLS] a [SEP] b [SEP] [PAD]: with document ids, a's tokens come out as [CLS] a [SEP] alone
+    and b's as b [SEP] alone (positions from 0 again), whatever the position kind; padding too."""
+    torch.manual_seed(0)
+    model = (BertForCausalLM if settings.get("causal") else BertForMaskedLM)(tiny_config(300, **settings)).eval()
+    first, second = torch.randint(5, 300, (1, 9)), torch.randint(5, 300, (1, 6))
+    first[0, 0], first[0, -1], second[0, -1] = 2, 3, 3  # [CLS] ... [SEP], ... [SEP]
+    row = torch.cat([first, second, torch.zeros(1, 3, dtype=torch.long)], dim=1)
+    real = row != 0
+    documents = torch.tensor([[0] * 9 + [1] * 6 + [1] * 3])
+    with torch.no_grad():
+        packed = model.encoder(row, real, document_ids=documents)
+        torch.testing.assert_close(packed[:, :9], model.encoder(first), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(packed[:, 9:15], model.encoder(second), rtol=1e-5, atol=1e-5)
+        assert torch.isfinite(packed).all()  # padding rows have keys to see
+        joined = model.encoder(row, real)
+    assert not torch.allclose(joined[:, 9:15], packed[:, 9:15], atol=1e-3)  # without the ids they mix
+
+
+def test_electra_keeps_documents_apart_in_its_generator_and_discriminator():
+    torch.manual_seed(0)
+    model = ElectraForPreTraining(tiny_config(300, position="rope", norm="preln", generator_heads=2)).eval()
+    first, second = torch.randint(5, 300, (1, 8)), torch.randint(5, 300, (1, 8))
+    row = torch.cat([first, second], dim=1)
+    positions, labels = torch.tensor([[10]]), torch.tensor([[int(row[0, 10])]])
+    masked = row.clone()
+    masked[0, 10] = 4
+    documents = torch.tensor([[0] * 8 + [1] * 8])
+    with torch.no_grad():
+        logits, detector, _ = model(masked, positions, labels, row, sampling=torch.Generator().manual_seed(0),
+                                    document_ids=documents)
+        changed = masked.clone()
+        changed[0, :8] = torch.randint(5, 300, (8,))  # another first document: the second's outputs stay
+        again, detector_again, _ = model(changed, positions, labels, changed, document_ids=documents,
+                                         sampling=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(again, logits)
+    torch.testing.assert_close(detector_again[:, 8:], detector[:, 8:])
+
+
+def test_token_positions_start_again_at_each_document():
+    documents = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2], [0, 0, 0, 0, 0, 0, 0, 0]])
+    assert token_positions(documents).tolist() == [[0, 1, 2, 0, 1, 0, 1, 2], list(range(8))]
+    assert token_positions(None) is None

@@ -86,6 +86,38 @@ def test_text_segments_keep_every_token_and_whole_words(text_out, corpus_ids, vo
     assert short <= 1
 
 
+def test_documents_apart_are_each_closed_by_sep_and_keep_every_token(imdb_corpus, vocab_dir, vocab, corpus_ids,
+                                                                      tmp_path):
+    """With --documents apart, a [SEP] follows each document's last piece, and each sample ends with
+    [SEP] (its document's, or one closing a document cut there); no other [SEP] and no token lost."""
+    out = run_text(tmp_path, imdb_corpus, vocab_dir, "--documents", "apart")
+    samples = samples_in_order(out)
+    check_framing(samples, vocab)
+    assert read_shard(out / f"train_imdb_{SEQ_LEN}_123.msgpack.gz").documents == "apart"
+    pieces_before_sep, sample_ends, position = set(), set(), 0
+    for sample in samples:
+        body = sample[1:]
+        is_sep = body == vocab.sep_id
+        pieces_before_sep.update((position + np.cumsum(~is_sep)[is_sep]).tolist())
+        position += int((~is_sep).sum())
+        sample_ends.add(position)
+    lines = imdb_corpus.read_text(encoding="utf-8").splitlines()
+    document_ends = set(np.cumsum([len(ids) for ids in vocab.encode(lines) if ids]).tolist())
+    assert pieces_before_sep == document_ends | sample_ends
+    assert len(document_ends - sample_ends) > len(document_ends) / 2  # most documents end inside a sample
+    joined = np.concatenate([sample[1:][sample[1:] != vocab.sep_id] for sample in samples])
+    assert np.array_equal(joined, corpus_ids)
+
+
+def test_documents_apart_and_sentence_pairs_are_one_line(imdb_corpus, vocab_dir, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_text(tmp_path / "out", imdb_corpus, vocab_dir, "--documents", "apart", "--pairs", "nsp")
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip() == ("error: --documents apart packs documents into samples; --pairs nsp "
+                                               "makes sentence pairs of them: leave one out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_long_words_are_cut_and_counted(tmp_path, vocab, vocab_dir, capsys):
     # WordPiece makes words over 100 characters [UNK], so only short samples can cut a word.
     corpus = tmp_path / "long.txt"

@@ -17,12 +17,13 @@ def test_batches_hold_about_batch_chars_and_keep_every_document_in_order():
     assert all(sum(map(len, batch[:-1])) < 8 for batch in batches)  # each ends at the first that reaches it
 
 
-def test_ids_are_each_document_encoded_and_concatenated(vocab, imdb_reviews):
-    documents = imdb_reviews[:40]
-    ids = document_ids(vocab, documents)
+def test_ids_are_each_document_encoded_and_concatenated_with_their_counts(vocab, imdb_reviews):
+    documents = [*imdb_reviews[:40], ""]
+    ids, lengths = document_ids(vocab, documents)
     assert ids.dtype == vocab.id_dtype
     assert ids.tolist() == [token for encoded in vocab.encode(documents) for token in encoded]
-    assert len(document_ids(vocab, [])) == 0
+    assert lengths.tolist() == [len(encoded) for encoded in vocab.encode(documents)] and lengths[-1] == 0
+    assert len(document_ids(vocab, [])[0]) == 0
 
 
 def test_two_processes_give_one_process_results_in_input_order(vocab, imdb_reviews):
