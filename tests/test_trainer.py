@@ -273,12 +273,12 @@ def test_the_logged_curve_after_a_resume_equals_the_uninterrupted_one(mlm_workdi
     else:
         original, steps = MaskedLMTask.loss, []
         with monkeypatch.context() as patch:
-            def loss_then_stop(self, model, batch, generator=None):
+            def loss_then_stop(self, model, batch, generator=None, mask_rate=None):
                 if torch.is_grad_enabled():
                     steps.append(1)
                     if len(steps) == 11:
                         Path("stop").touch()
-                return original(self, model, batch, generator)
+                return original(self, model, batch, generator, mask_rate)
             patch.setattr(MaskedLMTask, "loss", loss_then_stop)
             run_to(12)
         assert load(Path("runs/run0/checkpoints/checkpoint.pt"))["step"] == 11
@@ -307,7 +307,7 @@ def test_switch_training_starts_a_new_run_from_the_weights(mlm_workdir, skip_flo
     run_to(3, "--val-interval", "3")
     run_to(2, "--cp", "runs/run0/checkpoints/checkpoint.pt", "--switch-training", "--mask-rate", "0.3")
     saved = load(Path("runs/run1/checkpoints/checkpoint.pt"))
-    assert saved["step"] == 2 and saved["config"]["mask-rate"] == 0.3
+    assert saved["step"] == 2 and saved["config"]["mask-rate"] == "0.3"
     assert saved["start"] == str(Path("runs/run0/checkpoints/checkpoint.pt").resolve())
     log = Path("runs/run1/logs/log.txt").read_text(encoding="utf-8")
     assert "loaded the encoder of runs/run0/checkpoints/checkpoint.pt (mlm step 3)" in log
@@ -418,12 +418,12 @@ def test_stop_file_ends_the_run_after_the_step_with_a_checkpoint(mlm_workdir, mo
     original = MaskedLMTask.loss
     calls = []
 
-    def loss_then_stop(self, model, batch, generator=None):
+    def loss_then_stop(self, model, batch, generator=None, mask_rate=None):
         if torch.is_grad_enabled():  # training, not evaluation
             calls.append(1)
             if len(calls) == 3:
                 Path("stop").touch()  # during step 3
-        return original(self, model, batch, generator)
+        return original(self, model, batch, generator, mask_rate)
 
     monkeypatch.setattr(MaskedLMTask, "loss", loss_then_stop)
     run_dir = main.run(main.load_config(None, ["--max-iters", "1000"]), None, False)
@@ -480,8 +480,8 @@ def resume_with_nan_loss(monkeypatch, capsys, *, in_training: bool, options: tup
     """Resume the good run to step 8 with the loss NaN in training or in validation; its error lines."""
     original = MaskedLMTask.loss
 
-    def loss_turning_nan(self, model, batch, generator=None):
-        result = original(self, model, batch, generator)
+    def loss_turning_nan(self, model, batch, generator=None, mask_rate=None):
+        result = original(self, model, batch, generator, mask_rate)
         return (result[0] * float("nan"), *result[1:]) if torch.is_grad_enabled() == in_training else result
 
     monkeypatch.setattr(MaskedLMTask, "loss", loss_turning_nan)
