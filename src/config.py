@@ -303,6 +303,12 @@ class Config:
         """time-budget in seconds; 0 when there is none."""
         return duration_seconds(self.time_budget)
 
+    def budget_share(self, elapsed: float) -> float:
+        """The share of time-budget that `elapsed` seconds of training spend (0 without one): what
+        the schedules follow."""
+        budget = self.budget_seconds
+        return elapsed / budget if budget else 0.0
+
     @property
     def feed_forward_size(self) -> int:
         """d-ff, or by default 4 * d-model; for geglu, whose input matrix is twice as wide,

@@ -11,8 +11,8 @@ import torch
 from hardware import to_device
 from lm_data import DATA_KEYS, LanguageModelData
 from masking import IGNORE_INDEX, MaskingRule, mask_tokens, predictions_per_sequence
-from run_plan import parse_mask_rate
 from model import BertForMaskedLM, BertForPreTraining, ModelConfig, model_config, token_hits
+from run_plan import parse_mask_rate
 from task import evaluate_by_sums
 
 PAIR_LABEL_NAMES = {"nsp": ("next", "random"), "sop": ("in order", "swapped")}

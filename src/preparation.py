@@ -301,9 +301,8 @@ def check_masking_arguments(args) -> None:
     if given and args.masking != "static":
         raise UserError(f"{next(iter(options.values()))} needs --masking static (the trainer masks unmasked shards "
                         f"as its config says)")
-    rate = given.get("mask_rate", 0.5)
-    if not 0 < rate < 1:  # one rate: the masks stored are drawn once (a config's mask-rate may fall)
-        raise UserError(f"--mask-rate {rate:g}: expected a number in (0, 1)")
+    if "mask_rate" in given and not 0 < given["mask_rate"] < 1:  # one rate: stored masks are drawn once
+        raise UserError(f"--mask-rate {given['mask_rate']:g}: expected a number in (0, 1)")
     validate(DEFAULTS | given | {"mask_rate": DEFAULTS["mask_rate"]}, options, "command line")
 
 

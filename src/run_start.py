@@ -13,12 +13,12 @@ from torch.nn.parallel import DistributedDataParallel
 import checkpoints
 from atomic import remove_stale_temps
 from config import INI_KEYS, Config, ini_text
-from run_plan import parse_scheduler
 from errors import UserError
 from hardware import check_fits_memory
 from model import ModelConfig, count_parameters, parameter_count
 from optimizer import in_stable_phase, make_optimizer, run_progress
 from run_log import RunLog, create_run_dir, write_run_config
+from run_plan import parse_scheduler
 from task import Task
 from throughput import Throughput
 
@@ -77,17 +77,17 @@ def decay_branch(config: Config, saved: dict, path: Path, task: str) -> Config:
     plan = {name: settings[name] for name in ("lr_scheduler", "lr_decay_iters", "time_budget", "warmup_iters")}
     then = dataclasses.replace(config, **plan)
     step, elapsed = saved["step"], saved["elapsed"]
-    if not in_stable_phase(step, elapsed / then.budget_seconds if then.budget_seconds else 0.0, then):
+    if not in_stable_phase(step, then.budget_share(elapsed), then):
         raise UserError(f"--decay-from {path}: step {step} is past the stable phase of its run (lr-scheduler = "
                         f"{settings['lr_scheduler']}); take a checkpoint from before its decay, such as stable.pt")
-    done = run_progress(step, elapsed / config.budget_seconds if config.budget_seconds else 0.0, config)
+    done = run_progress(step, config.budget_share(elapsed), config)
     if done >= 1:
         length = f"time-budget = {config.time_budget}" if config.budget_seconds else \
             f"lr-decay-iters = {config.lr_decay_iters}"
         raise UserError(f"--decay-from {path}: the checkpoint is at step {step} and {length} ends this run there; "
                         f"give the decay steps (or time) beyond it")
-    shape = parse_scheduler(config.lr_scheduler).shape if parse_scheduler(config.lr_scheduler).name == "wsd" \
-        else stable.shape
+    current = parse_scheduler(config.lr_scheduler)
+    shape = current.shape if current.name == "wsd" else stable.shape
     return dataclasses.replace(config, lr_scheduler=f"wsd:{1 - done:.6g}:{shape}")
 
 

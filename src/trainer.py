@@ -141,8 +141,7 @@ class Trainer:
 
     def budget_spent(self, run: Run) -> float:
         """The share of time-budget trained so far (0 without one): what the schedules follow."""
-        budget = self.config.budget_seconds
-        return run.elapsed / budget if budget else 0.0
+        return self.config.budget_share(run.elapsed)
 
     def train_step(self, run: Run, batches, meter: "Throughput"):
         """One optimizer step over its micro-batches (grad-accum-steps, or batch-ramp's), of rows of
