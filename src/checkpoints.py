@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from atomic import atomic_write
-from config import FIELD_TYPES, Config
+from config import FIELD_TYPES, ROPE_THETA, Config
 from errors import UserError
 from model import ModelConfig
 from vocab import Vocab
@@ -38,6 +38,11 @@ KEY_TYPES = {"task": str, "step": int, "tokens": int, "model": dict, "optimizer"
              "imported_from": (str, NONE), "log_sums_per_rank": list, "checksum": str}
 # Free to differ between a checkpoint and the run starting from it: pre-training heads come and go.
 FREE_MODEL_FIELDS = ("dropout", "num_labels", "causal", "sentence_classes", "generator_heads")
+# Free to differ in a new run from a checkpoint's weights, not in a resumed one: a longer-context
+# phase lengthens the position table and raises RoPE's base.
+PHASE_MODEL_FIELDS = ("max_len", "rope_theta")
+# ModelConfig fields younger than the format, with the value a checkpoint without one was trained with.
+ADDED_MODEL_FIELDS = {"rope_theta": ROPE_THETA}
 
 
 def make_state(*, task: str, weights: dict, model_config: ModelConfig, vocab: Vocab, config: dict, step: int = 0,
@@ -128,6 +133,7 @@ def load(path: Path, mmap: bool = False) -> dict:
     # mmap: a quick look at the settings; the full load that follows checks the sum.
     if not mmap and state["checksum"] != checksum(state):
         raise UserError(f"{path}: a damaged checkpoint: its contents do not match the checksum saved with them")
+    state["model_config"] = ADDED_MODEL_FIELDS | state["model_config"]
     return state
 
 
@@ -144,7 +150,7 @@ def check_types(path: Path, state: dict):
     for key, kind in KEY_TYPES.items():
         if not isinstance(state[key], kind):
             raise UserError(f"{path}: a damaged checkpoint: {key} is a {type(state[key]).__name__}")
-    missing = [key for key in MODEL_FIELDS if key not in state["model_config"]]
+    missing = [key for key in MODEL_FIELDS if key not in state["model_config"] and key not in ADDED_MODEL_FIELDS]
     if missing:
         raise UserError(f"{path}: a damaged checkpoint: its model_config lacks {', '.join(missing)}")
     if not all(isinstance(tensor, torch.Tensor) for tensor in state["model"].values()):
@@ -152,7 +158,7 @@ def check_types(path: Path, state: dict):
 
 
 # The config keys of the architecture; each is also the ModelConfig field that stores it.
-ARCHITECTURE_KEYS = ("d_model", "heads", "n_layer", "d_ff", "norm", "position", "feed_forward")
+ARCHITECTURE_KEYS = ("d_model", "heads", "n_layer", "d_ff", "norm", "position", "rope_theta", "feed_forward")
 
 
 def with_architecture(config: Config, checkpoint: dict) -> Config:
@@ -202,8 +208,9 @@ def check_shapes(path: Path, weights: dict, model: nn.Module):
                             f"its model's is {list(own[name].shape)}")
 
 
-def check_compatible(path: Path, checkpoint: dict, vocab: Vocab, current: ModelConfig):
-    """The checkpoint's model must be the one the config describes, with the same vocabulary."""
+def check_compatible(path: Path, checkpoint: dict, vocab: Vocab, current: ModelConfig, new_phase: bool = False):
+    """The checkpoint's model must be the one the config describes, with the same vocabulary; in a
+    new phase (a new run from its weights) its context may grow (PHASE_MODEL_FIELDS)."""
     if checkpoint["vocab_checksum"] != vocab.checksum:
         raise UserError(f"{path}: made with another vocabulary than {vocab.path} (checksum differs)")
     if vocab_of(checkpoint).lowercase != vocab.lowercase:
@@ -212,7 +219,8 @@ def check_compatible(path: Path, checkpoint: dict, vocab: Vocab, current: ModelC
                         f"(do_lower_case in tokenizer_config.json beside it says which)")
     saved = checkpoint["model_config"]
     for key, value in asdict(current).items():
-        if key in FREE_MODEL_FIELDS or (key == "pooling" and "classifier.weight" not in checkpoint["model"]):
+        if key in FREE_MODEL_FIELDS or (new_phase and key in PHASE_MODEL_FIELDS) or \
+                (key == "pooling" and "classifier.weight" not in checkpoint["model"]):
             continue  # a classifier's pooling is chosen when fine-tuning starts
         stored = saved[key]
         if stored != value:
@@ -225,8 +233,8 @@ def load_pretrained(model: nn.Module, checkpoint: dict, path: Path, log):
     """Start from a checkpoint's weights. The encoder must be complete; a head the checkpoint
     lacks, or one that does not fit (another number of labels), starts fresh. The log says which."""
     own = model.state_dict()
-    fitting = {name: tensor for name, tensor in checkpoint["model"].items()
-               if name in own and own[name].shape == tensor.shape}
+    weights = checkpoint["model"] | longer_position_tables(checkpoint["model"], own)
+    fitting = {name: tensor for name, tensor in weights.items() if name in own and own[name].shape == tensor.shape}
     missing, _ = model.load_state_dict(fitting, strict=False)
     loaded = {own[name].data_ptr() for name in fitting}
     missing = [name for name in missing if own[name].data_ptr() not in loaded]  # tied to a loaded weight
@@ -236,6 +244,29 @@ def load_pretrained(model: nn.Module, checkpoint: dict, path: Path, log):
     log(f"loaded the encoder of {path} ({checkpoint['task']} step {checkpoint['step']})")
     log(f"  newly initialised: {', '.join(missing) or 'nothing'}")
     log(f"  not used: {', '.join(unused) or 'nothing'}")
+    log_longer_context(checkpoint["model_config"], model.config, log)
+
+
+def longer_position_tables(weights: dict, own: dict) -> dict:
+    """Each learned position table the model has more rows of than the checkpoint, filled with
+    copies of the trained rows one after another, as BERT's 512 are copied to reach 4,096
+    (Longformer): a longer-context phase starts from positions that mean something."""
+    longer = {}
+    for name, table in weights.items():
+        if name.endswith("embeddings.position.weight") and name in own and own[name].shape[0] > table.shape[0]:
+            copies = -(-own[name].shape[0] // table.shape[0])
+            longer[name] = table.repeat(copies, 1)[:own[name].shape[0]]
+    return longer
+
+
+def log_longer_context(saved: dict, current, log):
+    """A new phase at a longer context says what changed: its positions and RoPE's base."""
+    if current.max_len > saved["max_len"]:
+        how = {"learned": "the learned table's rows copied on", "rope": "rotary angles computed",
+               "sinusoidal": "the sinusoidal table computed"}[current.position]
+        log(f"  positions: {saved['max_len']} in the checkpoint, {current.max_len} now ({how})")
+    if current.position == "rope" and current.rope_theta != saved["rope_theta"]:
+        log(f"  rope-theta: {saved['rope_theta']:g} in the checkpoint, {current.rope_theta:g} now")
 
 
 def save_latest(directory: Path, state: dict, keep: int):

@@ -45,6 +45,7 @@ TASK_TYPES = ("mlm", "clm", "electra", *CLASSIFICATION_TASKS)
 NORMS = ("postln", "preln", "rmsnorm")
 POSITIONS = ("learned", "rope", "sinusoidal")
 FEED_FORWARDS = ("gelu", "geglu")
+ROPE_THETA = 10_000.0  # RoPE's base as published (Su et al. 2021)
 POOLINGS = ("cls", "mean")
 SENTENCE_OBJECTIVES = ("none", "nsp", "sop")  # the names a shard's pairs are labelled for too (shards.PAIRS)
 
@@ -106,6 +107,8 @@ def warms_up(values: dict) -> bool:
 # Checks between fields, run after the per-field ones: each gives a message, or None when it holds.
 CROSS_FIELD_RULES = (
     lambda v: attention_shape_problem(v["d_model"], v["heads"], v["position"]),
+    lambda v: None if v["rope_theta"] == ROPE_THETA or v["position"] == "rope" else
+    f"rope-theta = {v['rope_theta']:g} goes with position = rope, not position = {v['position']}",
     lambda v: replacement_shares_problem(v["mask_replace_mask"], v["mask_replace_random"]),
     lambda v: None if v["masking"] == "dynamic" or v["task_type"] == "mlm" else
     f"masking = static goes with task-type = mlm, not {v['task_type']}",
@@ -207,6 +210,8 @@ class Config:
     norm: str = key("preln", "postln (BERT), preln, or rmsnorm (preln with RMSNorm)", one_of(*NORMS))
     position: str = key("rope", "learned (BERT), sinusoidal, or rope (rotary, in attention)", one_of(*POSITIONS))
     feed_forward: str = key("gelu", "gelu (BERT) or geglu (gated GELU)", one_of(*FEED_FORWARDS))
+    rope_theta: float = key(ROPE_THETA, "RoPE's base: position p turns feature pair i by p / rope-theta^(2i / head "
+                            "width); a longer-context phase raises it (Ettin: 160000 at 8192 tokens)", above(0))
 
     learning_rate: float = key(1e-3, "peak rate, reached after warmup-iters", above(0),
                                group="Optimizer and learning-rate schedule")

@@ -33,10 +33,11 @@ CARD_MARK = "Exported by the BERT-from-scratch program's `scripts/export_hf.py`"
 # Settings transformers' BERT expresses, with BERT's value; pooling only matters to classifiers.
 BERT_ARCHITECTURE = {"norm": "postln", "position": "learned", "feed_forward": "gelu"}
 # What src/model.py imports that only a training run needs: the definitions using them stay behind.
-RUN_ONLY = {"Config", "UserError"}
+RUN_ONLY = {"Config"}
 # The ModelConfig fields a non-BERT export's config.json carries under their own names (import reads them back).
 VARIANT_FIELDS = ("vocab_size", "max_len", "d_model", "heads", "n_layer", "d_ff", "dropout", "segments",
-                  "layer_norm_eps", "norm", "position", "feed_forward", "causal", "sentence_classes", "pooling")
+                  "layer_norm_eps", "norm", "position", "rope_theta", "feed_forward", "causal", "sentence_classes",
+                  "pooling")
 # Weights a transformers directory never holds: ELECTRA's generator, which fine-tuning drops.
 GENERATOR = ("generator.", "generator_input.", "generator_head.")
 

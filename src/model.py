@@ -16,8 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import cpu_kernels
-from config import FEED_FORWARDS, NORMS, POOLINGS, POSITIONS, Config, attention_shape_problem
-from errors import UserError
+from config import FEED_FORWARDS, NORMS, POOLINGS, POSITIONS, ROPE_THETA, Config, attention_shape_problem
 from masking import IGNORE_INDEX
 
 INIT_STD = 0.02  # BERT's: the spread of every initial weight
@@ -40,6 +39,7 @@ class ModelConfig:
     # learned: a table added to the embeddings; sinusoidal: a fixed sin/cos table added to them;
     # rope: rotary, in attention
     position: str = "learned"
+    rope_theta: float = ROPE_THETA  # rope's base: larger turns slower, for longer contexts
     feed_forward: str = "gelu"  # gelu: BERT's; geglu: gated, GELU(x W) * (x V)
     causal: bool = False  # each position attends to itself and earlier ones only
     sentence_classes: int = 0  # BertForPreTraining: 2 for next-sentence or sentence-order prediction
@@ -63,14 +63,13 @@ class ModelConfig:
 def model_config(config: Config, vocab, max_len: int | None = None, **heads) -> ModelConfig:
     """The encoder a run's config and vocabulary describe, with the heads its task asks for
     (`causal`, `sentence_classes`, `generator_heads`, `num_labels`: ModelConfig's fields). max_len,
-    the size of the position table, is seq-len unless a checkpoint brings a larger one (bert-base
-    has 512)."""
-    if max_len is not None and config.seq_len > max_len:
-        raise UserError(f"seq-len = {config.seq_len}: the checkpoint's model has positions for {max_len} tokens")
-    return ModelConfig(vocab_size=vocab.size, max_len=max_len or config.seq_len, d_model=config.d_model,
+    the size of the position table, is seq-len, or a checkpoint's where that is larger (bert-base
+    has 512): a longer seq-len than the checkpoint's lengthens the table (checkpoints.load_pretrained)."""
+    return ModelConfig(vocab_size=vocab.size, max_len=max(max_len or 0, config.seq_len), d_model=config.d_model,
                        heads=config.heads, n_layer=config.n_layer, d_ff=config.feed_forward_size,
                        dropout=config.dropout, pad_id=vocab.pad_id, norm=config.norm, position=config.position,
-                       feed_forward=config.feed_forward, pooling=config.pooling, **heads)
+                       rope_theta=config.rope_theta, feed_forward=config.feed_forward, pooling=config.pooling,
+                       **heads)
 
 
 def make_norm(config: ModelConfig) -> nn.Module:
@@ -143,11 +142,11 @@ def rotate(x, angles: tuple[torch.Tensor, torch.Tensor]):
     return x * cos + torch.cat([-second, first], dim=-1) * sin
 
 
-def rotary_angles(config: ModelConfig, base: float = 10_000.0) -> torch.Tensor:
-    """[max_len, head_width]: position p turns feature pair i by p / base^(2i/head_width); the two
-    halves of a head rotate together."""
+def rotary_angles(config: ModelConfig) -> torch.Tensor:
+    """[max_len, head_width]: position p turns feature pair i by p / rope_theta^(2i/head_width); the
+    two halves of a head rotate together."""
     head_width = config.d_model // config.heads
-    inverse_frequency = 1.0 / base ** (torch.arange(0, head_width, 2).float() / head_width)
+    inverse_frequency = 1.0 / config.rope_theta ** (torch.arange(0, head_width, 2).float() / head_width)
     angles = torch.outer(torch.arange(config.max_len).float(), inverse_frequency)
     return torch.cat([angles, angles], dim=-1)
 

@@ -157,7 +157,7 @@ class RunStarter:
         is removed again if the run cannot start."""
         model = self.build_model(start)
         if start is not None:
-            checkpoints.check_compatible(start_path, start, self.task.vocab, model.config)
+            checkpoints.check_compatible(start_path, start, self.task.vocab, model.config, new_phase=True)
         self.task.check_data(("val",))  # train: read at step 1, before anything is lost
         run_dir = self.new_run_dir()
         log = None

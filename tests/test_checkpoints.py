@@ -143,12 +143,64 @@ def test_run_dir_of_a_checkpoint():
     assert checkpoints.run_dir_of(Path("/x/elsewhere/best.pt")) is None
 
 
-def test_seq_len_longer_than_the_checkpoints_positions_is_refused(mlm_workdir, capsys):
+LONGER = ["--seq-len", "128", "--dataset-pattern", "train_imdb_128_*.msgpack",
+          "--val-dataset-pattern", "val_imdb_128_*.msgpack", "--max-iters", "2", "--val-interval", "2"]
+
+
+def prepare_longer_shards(corpus: Path):
+    """datasets/{train,val,test}_imdb_128_123: the same corpus in samples of 128 tokens, documents apart."""
+    import prepare_mlm_dataset
+    prepare_mlm_dataset.main(["-i", str(corpus), "-l", "imdb", "-o", "datasets", "-m", "128", "-v", "vocab",
+                              "-s", "123", "--documents", "apart"])
+
+
+@pytest.mark.parametrize("position", ["learned", "rope"])
+def test_a_longer_context_phase_starts_from_a_checkpoint_at_a_shorter_seq_len(mlm_workdir, imdb_corpus, capsys,
+                                                                                position):
+    """A new run from a 64-token model's weights at seq-len 128 on 128-token shards: learned
+    positions 64-127 start as copies of the trained 0-63, rope angles reach 128 at the new base."""
+    short = main.run(main.load_config(None, ["--max-iters", "2", "--position", position]), None, False)
+    prepare_longer_shards(imdb_corpus)
+    theta = ["--rope-theta", "160000"] if position == "rope" else []
+    trained = checkpoints.load(short / "checkpoints" / "checkpoint.pt")
+    long = main.run(main.load_config(None, LONGER + theta), short / "checkpoints" / "checkpoint.pt", False,
+                    switch_training=True)
+    phase = checkpoints.load(long / "checkpoints" / "checkpoint.pt")
+    assert phase["model_config"]["max_len"] == 128 and phase["step"] == 2
+    assert [stage["step"] for stage in phase["lineage"]] == [2]
+    log = (long / "logs" / "log.txt").read_text(encoding="utf-8")
+    if position == "learned":
+        assert "positions: 64 in the checkpoint, 128 now (the learned table's rows copied on)" in log
+        table = phase["model"]["encoder.embeddings.position.weight"]
+        assert table.shape[0] == 128
+        started = trained["model"]["encoder.embeddings.position.weight"]
+        # two steps of training move each row a little from the copy it started as
+        torch.testing.assert_close(table[64:], started, atol=0.02, rtol=0)
+    else:
+        assert phase["model_config"]["rope_theta"] == 160_000
+        assert "rope-theta: 10000 in the checkpoint, 160000 now" in log
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:  # resuming at another length is refused in one line
+        main.main(["--cp", str(short / "checkpoints" / "checkpoint.pt"), *LONGER])
+    assert exit_info.value.code == 2
+    assert "the run has seq-len = 64, the config 128; a resumed run keeps it (to start a new run from these " \
+           "weights, add --switch-training)" in capsys.readouterr().err
+
+
+def test_a_checkpoint_without_rope_theta_is_read_at_ropes_published_base(tmp_path):
+    """Checkpoints saved before rope-theta was a key turned their angles at 10,000."""
+    state = small_state()
+    del state["model_config"]["rope_theta"]
+    checkpoints.save(tmp_path / "old.pt", state)
+    assert checkpoints.load(tmp_path / "old.pt")["model_config"]["rope_theta"] == 10_000
+
+
+def test_resuming_at_another_rope_theta_is_refused(mlm_workdir, capsys):
     run_dir = main.run(main.load_config(None, ["--max-iters", "1"]), None, False)
     with pytest.raises(SystemExit) as exit_info:
-        main.main(["--cp", str(run_dir / "checkpoints" / "checkpoint.pt"), "--seq-len", "128", "--switch-training"])
+        main.main(["--cp", str(run_dir / "checkpoints" / "checkpoint.pt"), "--rope-theta", "160000"])
     assert exit_info.value.code == 2
-    assert "seq-len = 128: the checkpoint's model has positions for 64 tokens" in capsys.readouterr().err
+    assert "rope-theta = 10000.0 in the checkpoint but 160000.0 from the config" in capsys.readouterr().err
 
 
 class FillingFile(io.FileIO):

@@ -211,6 +211,10 @@ def test_variant_keys(tmp_path):
         "norm = 'layernorm': expected one of postln, preln, rmsnorm")
     assert load_error(tmp_path, "d-model = 96\nheads = 32\nposition = rope\n").endswith(
         "position = rope needs an even head width, but d-model / heads = 96 / 32 is odd")
+    assert load_config(write_config(tmp_path, "rope-theta = 160_000\n"), []).rope_theta == 160_000
+    assert load_error(tmp_path, "position = learned\nrope-theta = 160000\n").endswith(
+        "rope-theta = 160000 goes with position = rope, not position = learned")
+    assert load_error(tmp_path, "rope-theta = 0\n").endswith("rope-theta = 0.0: expected a number > 0")
 
 
 def test_dict_round_trip_survives_safe_torch_load(tmp_path):

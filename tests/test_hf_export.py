@@ -33,7 +33,8 @@ PAIRS = [("A man is playing a guitar.", "Someone plays an instrument on stage to
 # Every value of every architecture key, over the tasks: (task settings, architecture settings).
 VARIANTS = {
     "mlm-preln-rope-geglu": (["--task-type", "mlm"],
-                             ["--norm", "preln", "--position", "rope", "--feed-forward", "geglu"]),
+                             ["--norm", "preln", "--position", "rope", "--rope-theta", "160000",
+                              "--feed-forward", "geglu"]),
     "mlm-nsp-rmsnorm-sinusoidal": (["--task-type", "mlm", "--sentence-objective", "nsp"],
                                    ["--norm", "rmsnorm", "--position", "sinusoidal"]),
     "mlm-nsp-bert": (["--task-type", "mlm", "--sentence-objective", "nsp"],
@@ -182,10 +183,12 @@ def test_masked_lm_exports_with_equal_logits_in_auto_classes_and_fill_mask(train
     directory = exported(path, tmp_path / "hf")
     inputs = padded_inputs(directory)
     real = inputs["attention_mask"].bool()
+    encoder = AutoModel.from_pretrained(directory, trust_remote_code=True).eval()
+    if ours.config.position == "rope":  # the exported base, not rope's default, turns the angles
+        assert encoder.config.rope_theta == ours.config.rope_theta == 160_000
     with torch.no_grad():
         hidden = our_hidden(ours, inputs)
-        close(hidden[real], AutoModel.from_pretrained(directory, trust_remote_code=True).eval()(**inputs)
-              .last_hidden_state[real])
+        close(hidden[real], encoder(**inputs).last_hidden_state[real])
         sentence_head = ("pooler.", "sentence_head.", "bert.pooler.", "cls.seq_relationship.")
         masked_lm = loaded(AutoModelForMaskedLM, directory, unused=sentence_head)
         close(ours.head(hidden)[real], masked_lm(**inputs).logits[real])

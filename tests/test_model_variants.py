@@ -107,6 +107,18 @@ def test_rotary_scores_depend_on_distance_only():
     assert not torch.allclose(score(3, 10), score(3, 20), atol=1e-3)  # a different distance is seen
 
 
+def test_rope_theta_sets_the_wavelengths_of_the_rotary_angles():
+    """Pair i of a head turns by p / theta^(2i / width) at position p: the first pair by p radians
+    whatever theta, the last slower the larger theta is (a longer context's base)."""
+    for theta in (10_000.0, 160_000.0):
+        rotary = Rotary(tiny_config(300, position="rope", rope_theta=theta))
+        width = rotary.cos.shape[-1]
+        pair = torch.arange(width // 2)
+        expected = 100 / theta ** (2 * pair / width)
+        torch.testing.assert_close(rotary.cos[100], torch.cat([expected, expected]).cos())
+        torch.testing.assert_close(rotary.sin[100], torch.cat([expected, expected]).sin())
+
+
 def test_rope_encoder_is_invariant_to_where_a_text_starts():
     """Self-attention with rotary positions and no position table depends on relative positions
     only: moving the window over a longer sequence does not change what a token sees of the
