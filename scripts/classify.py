@@ -84,6 +84,19 @@ def read_sentences(path: Path) -> list[str]:
     return sentences
 
 
+def input_texts(args, verb: str) -> list[str]:
+    """The texts of the command line, then those of -i FILE; none is one line."""
+    texts = list(args.text) + (read_sentences(args.input) if args.input else [])
+    if not texts:
+        raise UserError(f"nothing to {verb}: give sentences or -i FILE")
+    return texts
+
+
+def trained_seq_len(checkpoint: dict, model) -> int:
+    """The length fine-tuning cut its inputs to: the run's seq-len, within the position table."""
+    return min(int(checkpoint["config"].get("seq-len", model.config.max_len)), model.config.max_len)
+
+
 def print_lines(lines):
     """Print the lines; a reader that stops reading (`| head -n1`) ends the script quietly, as it
     ends a Unix tool."""
@@ -110,14 +123,11 @@ def parse_args(argv=None):
 @exit_on_user_error
 def main(argv=None):
     args = parse_args(argv)
-    texts = list(args.text) + (read_sentences(args.input) if args.input else [])
-    if not texts:
-        raise UserError("nothing to classify: give sentences or -i FILE")
+    texts = input_texts(args, "classify")
     model, vocab, checkpoint = restore_model(args.cp, CLASSIFIERS)
     task = checkpoint["task"]
     first, second = split_pairs(texts, task)
-    # cut as fine-tuning cut them: to the run's seq-len, within the position table
-    seq_len = min(int(checkpoint["config"].get("seq-len", model.config.max_len)), model.config.max_len)
+    seq_len = trained_seq_len(checkpoint, model)
     names = glue_tasks.label_names(task, model.config.num_labels)
     print_lines(f"{value:.3f}\t{text}" if model.config.num_labels == 1 else f"{names[label]}\t{value:.3f}\t{text}"
                 for text, (label, value) in zip(texts, classify(model, vocab, first, second, seq_len)))

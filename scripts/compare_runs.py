@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from config import CLASSIFICATION_TASKS, INI_KEYS, ini_text  # noqa: E402
+from config import FINE_TUNING_TASKS, INI_KEYS, ini_text  # noqa: E402
 from run_plan import Target, lower_is_better, parse_target  # noqa: E402
 from ini import load_config  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
@@ -97,7 +97,7 @@ def pretraining_tokens(start: str) -> float | None:
     except UserError as error:
         print(f"warning: {error}; its pre-training tokens are unknown", file=sys.stderr)
         return None
-    tokens = sum(stage["tokens"] for stage in checkpoints.lineage(state) if stage["task"] not in CLASSIFICATION_TASKS)
+    tokens = sum(stage["tokens"] for stage in checkpoints.lineage(state) if stage["task"] not in FINE_TUNING_TASKS)
     if not tokens:
         print(f"warning: {start}: records no tokens of pre-training (an imported model?)", file=sys.stderr)
     return tokens or None

@@ -37,12 +37,12 @@ KEY_TYPES = {"task": str, "step": int, "tokens": int, "model": dict, "optimizer"
              "elapsed": (float, int), "data": (str, NONE), "start": (str, NONE), "lineage": list,
              "imported_from": (str, NONE), "log_sums_per_rank": list, "checksum": str}
 # Free to differ between a checkpoint and the run starting from it: pre-training heads come and go.
-FREE_MODEL_FIELDS = ("dropout", "num_labels", "causal", "sentence_classes", "generator_heads")
+FREE_MODEL_FIELDS = ("dropout", "num_labels", "causal", "sentence_classes", "generator_heads", "label_names")
 # Free to differ in a new run from a checkpoint's weights, not in a resumed one: a longer-context
 # phase lengthens the position table and raises RoPE's base.
 PHASE_MODEL_FIELDS = ("max_len", "rope_theta")
 # ModelConfig fields younger than the format, with the value a checkpoint without one was trained with.
-ADDED_MODEL_FIELDS = {"rope_theta": ROPE_THETA}
+ADDED_MODEL_FIELDS = {"rope_theta": ROPE_THETA, "label_names": ()}
 
 
 def make_state(*, task: str, weights: dict, model_config: ModelConfig, vocab: Vocab, config: dict, step: int = 0,

@@ -40,7 +40,8 @@ def one_of(*choices: str) -> Rule:
 
 # The tasks; main.py maps each name to its task class.
 CLASSIFICATION_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli", "classify")
-TASK_TYPES = ("mlm", "clm", "electra", *CLASSIFICATION_TASKS)
+FINE_TUNING_TASKS = (*CLASSIFICATION_TASKS, "ner")
+TASK_TYPES = ("mlm", "clm", "electra", *FINE_TUNING_TASKS)
 # The model variants; model.py checks ModelConfig against the same tuples.
 NORMS = ("postln", "preln", "rmsnorm")
 POSITIONS = ("learned", "rope", "sinusoidal")
@@ -114,7 +115,7 @@ CROSS_FIELD_RULES = (
     f"masking = static goes with task-type = mlm, not {v['task_type']}",
     lambda v: None if v["sentence_objective"] == "none" or v["task_type"] == "mlm" else
     f"sentence-objective = {v['sentence_objective']} goes with task-type = mlm, not {v['task_type']}",
-    lambda v: None if not v["epochs"] or v["task_type"] in CLASSIFICATION_TASKS else
+    lambda v: None if not v["epochs"] or v["task_type"] in FINE_TUNING_TASKS else
     f"epochs = {v['epochs']} goes with a fine-tuning task, not task-type = {v['task_type']} (use max-iters)",
     lambda v: None if not (v["epochs"] and duration_seconds(v["time_budget"])) else
     f"epochs = {v['epochs']} and time-budget = {v['time_budget']}: give one run length, not both",
@@ -149,11 +150,14 @@ class Config:
     """Every setting of a run, grouped as config.ini.example groups them. INI keys are the field
     names with '-' for '_'; config.ini.example says more about each."""
     task_type: str = key("mlm", "mlm, clm, electra: pre-training; a GLUE task (cola, sst2, mrpc, qqp, stsb, mnli, "
-                         "qnli, rte, wnli) or classify: fine-tuning",
+                         "qnli, rte, wnli), classify or ner (a tag per word): fine-tuning",
                          one_of(*TASK_TYPES), group="Task")
     sentence_objective: str = key("none", "mlm only: none, nsp (next sentence) or sop (sentence order)",
                                   one_of(*SENTENCE_OBJECTIVES))
     num_labels: int = key(2, "classify: its classes (a GLUE task has its own)", at_least(2))
+    tag_column: str = key("ner_tags", "ner: the tags' parquet column; in CoNLL text ner_tags is the last column, "
+                          "pos_tags the 2nd, chunk_tags the 3rd, or a column number", Rule(bool, "a column"))
+    labels: str = key("", "ner: the tag names in the ids' order, comma-separated; empty: from the data")
     pooling: str = key("cls", "what the classifier reads: cls ([CLS]'s state) or mean (of the real tokens)",
                        one_of(*POOLINGS))
     generator_width: float = key(0.25, "electra: the generator's share of the heads", within(0, 1, "(]"))
@@ -164,8 +168,8 @@ class Config:
     vocab: str = key("", "vocab.txt or its directory; empty: base-dir/vocab")
     datasets_dir: str = key("", "shards and fine-tuning files, under base-dir unless absolute; empty: "
                                 "base-dir/datasets")
-    glue_dir: str = key("", "GLUE's data: a folder per task (parquet or TSV), under base-dir unless absolute; "
-                            "empty: the datasets directory")
+    glue_dir: str = key("", "GLUE's data: a folder per task (parquet or TSV), ner's in ner/; under base-dir "
+                            "unless absolute; empty: the datasets directory")
     dataset_pattern: str = key("train_*.msgpack", "training shards in the datasets directory")
     val_dataset_pattern: str = key("val_*.msgpack", "validation shards")
     test_dataset_pattern: str = key("test_*.msgpack", "test shards")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import checkpoints
 import model as model_module
-from config import CLASSIFICATION_TASKS
+from config import CLASSIFICATION_TASKS, FINE_TUNING_TASKS
 from errors import UserError
 from glue_tasks import label_names
 from hf_weights import to_hf
@@ -42,19 +42,23 @@ VARIANT_FIELDS = ("vocab_size", "max_len", "d_model", "heads", "n_layer", "d_ff"
 GENERATOR = ("generator.", "generator_input.", "generator_head.")
 
 NATIVE_CLASSES = {"mlm": "BertForMaskedLM", "clm": "BertLMHeadModel", "electra": "ElectraForPreTraining",
-                  "encoder": "BertModel"} | {task: "BertForSequenceClassification" for task in CLASSIFICATION_TASKS}
+                  "encoder": "BertModel", "ner": "BertForTokenClassification"} | {
+    task: "BertForSequenceClassification" for task in CLASSIFICATION_TASKS}
 VARIANT_CLASSES = {"mlm": "BertVariantForMaskedLM", "clm": "BertVariantForCausalLM",
-                   "electra": "BertVariantForPreTraining", "encoder": "BertVariantModel"} | {
+                   "electra": "BertVariantForPreTraining", "encoder": "BertVariantModel",
+                   "ner": "BertVariantForTokenClassification"} | {
     task: "BertVariantForSequenceClassification" for task in CLASSIFICATION_TASKS}
 # The Auto class each exported class answers to.
 AUTO_CLASSES = {"BertVariantModel": "AutoModel", "BertVariantForMaskedLM": "AutoModelForMaskedLM",
                 "BertVariantForPreTraining": "AutoModelForPreTraining",
                 "BertVariantForCausalLM": "AutoModelForCausalLM",
-                "BertVariantForSequenceClassification": "AutoModelForSequenceClassification"}
+                "BertVariantForSequenceClassification": "AutoModelForSequenceClassification",
+                "BertVariantForTokenClassification": "AutoModelForTokenClassification"}
 # Where transformers' own classes fit, for the model card's load line.
 AUTO_NAMES = {"BertForMaskedLM": "AutoModelForMaskedLM", "BertForPreTraining": "AutoModelForPreTraining",
               "BertLMHeadModel": "AutoModelForCausalLM", "ElectraForPreTraining": "AutoModelForPreTraining",
-              "BertModel": "AutoModel"} | AUTO_CLASSES
+              "BertModel": "AutoModel", "BertForSequenceClassification": "AutoModelForSequenceClassification",
+              "BertForTokenClassification": "AutoModelForTokenClassification"} | AUTO_CLASSES
 
 
 def is_native(checkpoint: dict) -> bool:
@@ -98,8 +102,9 @@ def exported_weights(checkpoint: dict) -> dict:
 def hf_config(checkpoint: dict) -> dict:
     config = native_config(checkpoint) if is_native(checkpoint) else variant_config(checkpoint)
     config["architectures"] = [architecture(checkpoint)]
-    if checkpoint["task"] in CLASSIFICATION_TASKS:
-        names = label_names(checkpoint["task"], checkpoint["model_config"]["num_labels"])
+    if checkpoint["task"] in FINE_TUNING_TASKS:
+        saved = checkpoint["model_config"]
+        names = saved["label_names"] or label_names(checkpoint["task"], saved["num_labels"])
         config["id2label"] = {str(index): name for index, name in enumerate(names)}
         config["label2id"] = {name: index for index, name in enumerate(names)}
         config["finetuning_task"] = checkpoint["task"]
@@ -254,7 +259,7 @@ def model_card(checkpoint: dict, checkpoint_path: Path) -> str:
     """README.md: the architecture, the training behind the weights, and how to load them."""
     saved, task, name = checkpoint["model_config"], checkpoint["task"], architecture(checkpoint)
     remote = "" if is_native(checkpoint) else ", trust_remote_code=True"
-    auto = "AutoModelForSequenceClassification" if task in CLASSIFICATION_TASKS else AUTO_NAMES.get(name, "AutoModel")
+    auto = AUTO_NAMES.get(name, "AutoModel")
     lines = ["---", "library_name: transformers", "tags: [bert, fill-mask]" if task == "mlm" else "tags: [bert]", "---",
              f"# {name}", "", f"{CARD_MARK} from `{checkpoint_path.name}`.", "", "## Architecture", "",
              f"{saved['n_layer']} layers, width {saved['d_model']}, {saved['heads']} heads, feed-forward "
@@ -265,7 +270,7 @@ def model_card(checkpoint: dict, checkpoint_path: Path) -> str:
              "directory (`bert_variant_layers.py` is the program's `src/model.py`).",
              "", "## Training", ""]
     lines += [f"- {stage_line(stage)}" for stage in checkpoints.lineage(checkpoint)]
-    if task in CLASSIFICATION_TASKS and checkpoint["best"] is not None:
+    if task in FINE_TUNING_TASKS and checkpoint["best"] is not None:
         lines += ["", f"Best validation score on {task}: {checkpoint['best']:.4f}."]
     lines += ["", "## Load", "", "```python", f"from transformers import AutoTokenizer, {auto}",
               "tokenizer = AutoTokenizer.from_pretrained(DIRECTORY)",

@@ -36,7 +36,8 @@ from vocab import load_vocab
 # names it: a run reads only its own task. The trainer knows a task only through task.Task.
 TASKS = {"mlm": ("mlm_task", "MaskedLMTask"), "clm": ("clm_task", "CausalLMTask"),
          "electra": ("electra_task", "ElectraTask")} | dict.fromkeys(
-    CLASSIFICATION_TASKS, ("classification_task", "ClassificationTask"))
+    CLASSIFICATION_TASKS, ("classification_task", "ClassificationTask")) | {
+    "ner": ("token_task", "TokenClassificationTask")}
 
 
 def parse_args(argv):

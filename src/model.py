@@ -45,6 +45,7 @@ class ModelConfig:
     sentence_classes: int = 0  # BertForPreTraining: 2 for next-sentence or sentence-order prediction
     generator_heads: int = 0  # ElectraForPreTraining: the generator's heads, of the same width as ours
     pooling: str = "cls"  # BertForSequenceClassification: cls (BERT) or mean of the real tokens' states
+    label_names: tuple[str, ...] = ()  # BertForTokenClassification: what each output means (B-PER), from its data
 
     def __post_init__(self):
         for name, choices in (("norm", NORMS), ("position", POSITIONS), ("feed_forward", FEED_FORWARDS),
@@ -464,6 +465,25 @@ class BertForSequenceClassification(nn.Module):
             return hidden.mean(1)
         real = attention_mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * real).sum(1) / real.sum(1)
+
+
+class BertForTokenClassification(nn.Module):
+    """A label for every token (named entities): dropout and a linear classifier on each state.
+    Labels of IGNORE_INDEX (special tokens, a word's pieces after its first) have no loss."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.encoder = Encoder(config)
+        self.dropout = cpu_kernels.Dropout(config.dropout)
+        self.classifier = nn.Linear(config.d_model, config.num_labels)
+        self.apply(init_weights)
+
+    def forward(self, input_ids, labels=None, attention_mask=None, segment_ids=None):
+        logits = self.classifier(self.dropout(self.encoder(input_ids, attention_mask, segment_ids)))
+        if labels is None:
+            return logits, None
+        return logits, F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -7,12 +7,14 @@ from dataclasses import fields
 import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
-from transformers.modeling_outputs import BaseModelOutput, CausalLMOutput, MaskedLMOutput, SequenceClassifierOutput
+from transformers.modeling_outputs import (BaseModelOutput, CausalLMOutput, MaskedLMOutput, SequenceClassifierOutput,
+                                           TokenClassifierOutput)
 from transformers.models.bert.modeling_bert import BertForPreTrainingOutput
 from transformers.models.electra.modeling_electra import ElectraForPreTrainingOutput
 
 from .bert_variant_layers import (IGNORE_INDEX, BertForCausalLM, BertForMaskedLM, BertForPreTraining,
-                                  BertForSequenceClassification, ElectraForPreTraining, Embeddings, Encoder,
+                                  BertForSequenceClassification, BertForTokenClassification, ElectraForPreTraining,
+                                  Embeddings, Encoder,
                                   ModelConfig, Rotary, init_weights, rotary_angles, sinusoidal_positions)
 from .configuration_bert_variant import BertVariantConfig
 
@@ -160,3 +162,17 @@ class BertVariantForSequenceClassification(BertVariantPreTrainedModel):
         logits, loss = BertForSequenceClassification.forward(self, input_ids, labels, real_tokens(attention_mask),
                                                              token_type_ids)
         return SequenceClassifierOutput(loss=loss, logits=logits)
+
+
+class BertVariantForTokenClassification(BertVariantPreTrainedModel):
+    """A label for every token (named entities); the loss over the tokens whose label is not -100."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.adopt(BertForTokenClassification(model_config(config)))
+        self.post_init()
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
+        logits, loss = BertForTokenClassification.forward(self, input_ids, labels, real_tokens(attention_mask),
+                                                          token_type_ids)
+        return TokenClassifierOutput(loss=loss, logits=logits)

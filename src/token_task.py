@@ -1,0 +1,214 @@
+"""Token classification (task-type = ner; task.Task): a tag for every word, named entities above
+all. token_data.py reads and encodes the data, entity_metrics.py scores it as conlleval does.
+
+A word's label sits on its first word piece; the others have none in the loss and take the first
+one's prediction. A sentence longer than seq-len is read in overlapping windows, each word scored
+in the window where it has the most context. best.pt goes by the entity-level F1.
+"""
+import itertools
+
+import numpy as np
+import torch
+
+import token_data
+from batching import BatchOrder, LengthGroupedBatchOrder, gather_padded, kept_rows
+from entity_metrics import entity_scores
+from errors import UserError
+from hardware import to_device
+from masking import IGNORE_INDEX
+from model import BertForTokenClassification, ModelConfig, model_config
+from token_data import EncodedWindows, TaggedSentences
+
+SPLITS = {"train": "train", "val": "validation", "test": "test"}
+
+
+class TaggedSplit:
+    """One split: its sentences and their encoded windows."""
+
+    def __init__(self, sentences: TaggedSentences, windows: EncodedWindows):
+        self.sentences = sentences
+        self.windows = windows
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def batch(self, rows: np.ndarray, pad_id: int) -> dict:
+        """Windows `rows`, padded to the longest (a multiple of 8: few shapes, aligned matmuls)."""
+        windows = self.windows
+        width = -(-int(windows.lengths[rows].max()) // 8) * 8
+        input_ids, real = gather_padded(windows.tokens, windows.offsets, rows, width, pad_id)
+        labels, _ = gather_padded(windows.labels, windows.offsets, rows, width, IGNORE_INDEX)
+        words, _ = gather_padded(windows.scored_words, windows.offsets, rows, width, -1)
+        return {"input_ids": input_ids, "attention_mask": real, "segment_ids": None, "labels": labels,
+                "scored_words": words, "sentences": windows.sentences[rows]}
+
+
+class TokenClassificationTask:
+    """A tag per word on BERT: BertForTokenClassification, scored by entity precision, recall, F1."""
+    name = "ner"
+    best_metric = "f1"
+    lower_is_better = False
+    predictions_per_token = 0.0  # no MLM head
+    measuring_keys = ("seq_len", "tag_column", "dataset_percentage", "val_dataset_percentage")
+    data_source = None
+
+    def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
+        self.config = config
+        self.vocab = vocab
+        self.device = device
+        self.order = BatchOrder(config.batch_size, config.seed, rank, world_size)
+        self.splits: dict[str, TaggedSplit] = {}
+        self.label_names = token_data.parse_labels(config.labels)  # each split is read against them
+        self.label_names = self.data("train").sentences.label_names  # those given, else the training split's
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.label_names)
+
+    def data(self, split: str) -> TaggedSplit:
+        if split not in self.splits:
+            self.splits[split] = self.read_split(split)
+        return self.splits[split]
+
+    def read_split(self, split: str) -> TaggedSplit:
+        sentences = token_data.read_split(self.config.glue_path, SPLITS[split], self.config.tag_column,
+                                          self.label_names)
+        path = sentences.files[0]
+        kept = kept_rows(len(sentences), self.config.share_of(split), self.config.seed)
+        if len(kept) < len(sentences):
+            sentences = sentences.select(kept)
+        if len(sentences) < self.order.batch_size * self.order.world_size:
+            raise UserError(f"{path}: {len(sentences)} sentences are fewer than one batch "
+                            f"(batch-size {self.order.batch_size} x {self.order.world_size} processes)")
+        return TaggedSplit(sentences, token_data.encode_sentences(self.vocab, sentences, self.config.seq_len))
+
+    def check_data(self, splits: tuple[str, ...]):
+        for split in splits:
+            self.data(split)
+
+    def model_config(self, max_len: int | None = None) -> ModelConfig:
+        return model_config(self.config, self.vocab, max_len, num_labels=self.num_labels,
+                            label_names=self.label_names)
+
+    def build_model(self, max_len: int | None = None) -> BertForTokenClassification:
+        return BertForTokenClassification(self.model_config(max_len))
+
+    def train_batches(self, position: dict | None):
+        data = self.data("train")
+        order = self.order
+        if self.config.length_grouping:
+            order = LengthGroupedBatchOrder(data.windows.lengths, order.batch_size, order.seed, order.rank,
+                                            order.world_size)
+        return order.batches(position, lambda epoch: len(data),
+                             lambda epoch, rows: data.batch(rows, self.vocab.pad_id))
+
+    def eval_batches(self, split: str, count: int | None):
+        """Every window of the split once (each rank every world-size-th), in order; the test split's
+        first `count` batches where count is given. Validation scores the whole split."""
+        data = self.data(split)
+        rows = np.arange(len(data))[self.order.rank::self.order.world_size]
+        size = self.order.batch_size
+        batches = (to_device(data.batch(rows[start:start + size], self.vocab.pad_id), self.device, False)
+                   | {"split": split} for start in range(0, len(rows), size))
+        return batches if count is None or split == "val" else itertools.islice(batches, count)
+
+    def outputs(self, model, batch: dict):
+        return model(batch["input_ids"], batch.get("labels"), attention_mask=batch["attention_mask"])
+
+    def loss(self, model, batch: dict, generator=None, mask_rate=None):
+        """Mean loss over the labelled pieces, and [labelled pieces, right ones]; no host sync."""
+        logits, loss = self.outputs(model, batch)
+        labelled = batch["labels"] != IGNORE_INDEX
+        right = (logits.argmax(-1) == batch["labels"]) & labelled
+        return loss, torch.stack([labelled.sum(), right.sum()])
+
+    def metrics(self, loss: float, statistics: torch.Tensor) -> dict:
+        return {"loss": loss, "accuracy": float(statistics[1] / statistics[0]) if statistics[0] else 0.0}
+
+    @torch.no_grad()
+    def evaluate(self, model, batches, autocast) -> dict:
+        """Entity precision, recall and F1 (and per type), token accuracy and the mean loss over every
+        window of the batches (all ranks')."""
+        model.eval()
+        loss_sum, pieces, scored, split = 0.0, 0, [], "val"
+        for batch in batches:
+            split = batch["split"]
+            with autocast:
+                logits, loss = self.outputs(model, batch)
+            labelled = int((batch["labels"] != IGNORE_INDEX).sum())
+            loss_sum, pieces = loss_sum + loss.double().item() * labelled, pieces + labelled
+            scored.append(scored_predictions(logits, batch))
+        model.train()
+        if torch.distributed.is_initialized():
+            gathered = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(gathered, (loss_sum, pieces, scored))
+            loss_sum, pieces = sum(each[0] for each in gathered), sum(each[1] for each in gathered)
+            scored = [item for each in gathered for item in each[2]]
+        if not scored:
+            raise UserError("the evaluation split has no batch: it holds fewer sentences than batch-size")
+        _, true, predicted = self.tagged(self.data(split).sentences, scored)
+        return {"loss": loss_sum / max(pieces, 1), **entity_scores(true, predicted), "sentences": len(true)}
+
+    def tagged(self, sentences: TaggedSentences, scored: list) -> tuple[list[int], list[list[str]], list[list[str]]]:
+        """The sentences the predictions reach, in order, with their true and predicted tag names."""
+        predicted = predicted_tags(sentences.words, scored, self.label_names)
+        names = self.label_names
+        return (list(predicted), [sentences.tag_names(row) for row in predicted],
+                [[names[tag] for tag in tags] for tags in predicted.values()])
+
+    def show_predictions(self, model, autocast) -> str:
+        """A few validation sentences with each entity predicted and true."""
+        data = self.data("val")
+        batch = to_device(data.batch(np.arange(min(4, len(data))), self.vocab.pad_id), self.device, False)
+        model.eval()
+        with torch.no_grad(), autocast:
+            logits, _ = self.outputs(model, {**batch, "labels": None})
+        model.train()
+        rows, true, predicted = self.tagged(data.sentences, [scored_predictions(logits, batch)])
+        lines = []
+        for row, expected, found in zip(rows, true, predicted):
+            words = data.sentences.words[row]
+            lines.append("  " + " ".join(word if a == b == "O" else f"{word}/{b}" + ("" if a == b else f"(true {a})")
+                                         for word, a, b in zip(words, expected, found)))
+        return "predictions:\n" + "\n".join(lines)
+
+    def submission(self, model, split: str, autocast):
+        return None  # every split of token classification has its tags
+
+
+
+def scored_predictions(logits: torch.Tensor, batch: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sentence, word, predicted tag) of each piece that scores a word."""
+    rows, columns = (batch["scored_words"] >= 0).nonzero(as_tuple=True)
+    return (batch["sentences"][rows].cpu().numpy(), batch["scored_words"][rows, columns].cpu().numpy(),
+            logits.argmax(-1)[rows, columns].cpu().numpy())
+
+
+def predicted_tags(words: list[list[str]], scored: list, label_names: tuple[str, ...],
+                   every: bool = False) -> dict[int, np.ndarray]:
+    """Tag ids of each sentence the predictions reach (every: of every sentence), by sentence in
+    order; a word without a prediction (no piece of it in the vocabulary) is predicted O."""
+    rows, places, tags = (np.concatenate([each[part] for each in scored]) for part in range(3))
+    outside = label_names.index("O") if "O" in label_names else 0
+    reached = range(len(words)) if every else np.unique(rows).tolist()
+    predicted = {row: np.full(len(words[row]), outside) for row in reached}
+    for row, word, tag in zip(rows.tolist(), places.tolist(), tags.tolist()):
+        predicted[row][word] = tag
+    return predicted
+
+
+@torch.no_grad()
+def tag_sentences(model, vocab, words: list[list[str]], seq_len: int, batch_size: int = 64) -> list[list[str]]:
+    """The model's tag names for each sentence's words, windows and batches as fine-tuning makes them."""
+    names = model.config.label_names
+    sentences = TaggedSentences(words, [[0] * len(sentence) for sentence in words], names, ())
+    split = TaggedSplit(sentences, token_data.encode_sentences(vocab, sentences, seq_len))
+    scored = []
+    for start in range(0, len(split), batch_size):
+        batch = {name: torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+                 for name, value in split.batch(np.arange(start, min(start + batch_size, len(split))),
+                                                vocab.pad_id).items()}
+        logits, _ = model(batch["input_ids"], attention_mask=batch["attention_mask"])
+        scored.append(scored_predictions(logits, batch))
+    predicted = predicted_tags(words, scored, names, every=True)
+    return [[names[tag] for tag in predicted[row]] for row in range(len(words))]

@@ -1,0 +1,222 @@
+"""Token classification (task-type = ner): windows and first-piece labels as pure functions, both data
+layouts and their one-line errors, learning, exact resume, --test, scripts/ner.py, and the export
+that transformers' token-classification pipeline reads."""
+import json
+import re
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+import checkpoints
+import export_hf
+import main
+import make_ner_demo
+import ner
+import token_data
+from conftest import one_error_line, write_mlm_config
+from test_distributed import run_main
+from masking import IGNORE_INDEX
+from token_data import TaggedSentences, best_windows, encode_sentences, windows
+
+NER = {"task_type": "ner", "batch_size": 16, "learning_rate": 1e-3, "warmup_iters": 10, "dataset_pattern": "",
+       "val_dataset_pattern": "", "test_dataset_pattern": ""}
+
+
+def test_windows_cover_every_piece_and_each_piece_is_scored_where_it_has_most_context():
+    assert windows(5, 8) == [(0, 5)]
+    assert windows(10, 4) == [(0, 4), (2, 6), (4, 8), (6, 10)]
+    best = best_windows(windows(10, 4), 10)
+    # pieces 0-2 in the first window (piece 2 has 1 on each side there and in the second: the earlier wins)
+    assert best.tolist() == [0, 0, 0, 1, 1, 2, 2, 3, 3, 3]
+
+
+def test_a_words_label_sits_on_its_first_piece_and_long_sentences_score_each_word_once(vocab):
+    words = ["unbelievably", "good", "acting"] * 20
+    tags = [1, 0, 2] * 20
+    data = TaggedSentences([words], [tags], ("O", "B-X", "I-X"), ())
+    pieces = vocab.tokenizer.encode(words, is_pretokenized=True, add_special_tokens=False)
+    assert len(pieces.ids) > 30  # "unbelievably" is more than one piece: the sentence needs windows
+    encoded = encode_sentences(vocab, data, seq_len=32)
+    assert len(encoded) > 1 and (encoded.lengths <= 32).all()
+    first_window = slice(encoded.offsets[0], encoded.offsets[1])
+    assert encoded.tokens[first_window][0] == vocab.cls_id and encoded.tokens[first_window][-1] == vocab.sep_id
+    word_ids = [-1 if word is None else word for word in pieces.word_ids]
+    first_pieces = [i for i, word in enumerate(word_ids) if i == 0 or word != word_ids[i - 1]]
+    expected = [IGNORE_INDEX] * len(word_ids)
+    for piece in first_pieces:
+        expected[piece] = tags[word_ids[piece]]
+    assert encoded.labels[first_window][1:-1].tolist() == expected[:30]
+    scored = encoded.scored_words[encoded.scored_words >= 0]
+    assert sorted(scored.tolist()) == list(range(len(words)))  # every word scored, in exactly one window
+
+
+CONLL = """-DOCSTART- -X- -X- O
+
+EU NNP B-NP B-ORG
+rejects VBZ B-VP O
+German JJ B-NP B-MISC
+call NN I-NP O
+
+Peter NNP B-NP B-PER
+Blackburn NNP I-NP I-PER
+"""
+
+
+def test_conll_text_reads_the_chosen_column_and_skips_document_starts(tmp_path):
+    (tmp_path / "train.txt").write_text(CONLL, encoding="utf-8")
+    data = token_data.read_split(tmp_path, "train", "ner_tags")
+    assert data.words == [["EU", "rejects", "German", "call"], ["Peter", "Blackburn"]]
+    assert data.label_names == ("O", "B-MISC", "B-ORG", "B-PER", "I-PER")
+    assert data.tag_names(1) == ["B-PER", "I-PER"]
+    chunks = token_data.read_split(tmp_path, "train", "chunk_tags")
+    assert chunks.tag_names(0) == ["B-NP", "B-VP", "B-NP", "I-NP"]
+    assert token_data.read_split(tmp_path, "train", "2").tag_names(1) == ["NNP", "NNP"]
+
+
+def write_parquet(path, tokens, tags, names=("O", "B-X", "I-X")):
+    features = {"ner_tags": {"feature": {"names": list(names), "_type": "ClassLabel"}, "_type": "Sequence"}}
+    table = pa.table({"tokens": tokens, "ner_tags": tags})
+    if names:
+        table = table.replace_schema_metadata({"huggingface": json.dumps({"info": {"features": features}})})
+    pq.write_table(table, path)
+
+
+def test_bad_files_are_one_line_naming_file_and_line_or_row(tmp_path):
+    (tmp_path / "train.txt").write_text(CONLL, encoding="utf-8")
+    (tmp_path / "valid.txt").write_text("Paris B-LOC\n", encoding="utf-8")
+    with pytest.raises(token_data.UserError, match=r"valid.txt: line 1: tag 'B-LOC' is not one of the model's "
+                                                   r"labels \(O, B-MISC"):
+        labels = token_data.read_split(tmp_path, "train", "ner_tags").label_names
+        token_data.read_split(tmp_path, "validation", "ner_tags", labels)
+    (tmp_path / "valid.txt").write_text("Paris\n", encoding="utf-8")
+    with pytest.raises(token_data.UserError, match=r"valid.txt: line 1: 1 column\(s\), expected a word and its tag"):
+        token_data.read_split(tmp_path, "validation", "ner_tags", ("O",))
+    folder = tmp_path / "ner"
+    folder.mkdir()
+    cases = {"missing column ner_tags": lambda path: pq.write_table(pa.table({"tokens": [["a"]]}), path),
+             "row 2: tag 7 in ner_tags is not a label id (0 to 2": lambda path: write_parquet(
+                 path, [["a"], ["b"]], [[0], [7]]),
+             "row 1: 2 tokens but 1 tags": lambda path: write_parquet(path, [["a", "b"]], [[0]]),
+             "column ner_tags holds tag ids without their names": lambda path: write_parquet(
+                 path, [["a"]], [[0]], names=())}
+    for message, write in cases.items():
+        path = folder / "train-00000-of-00001.parquet"
+        write(path)
+        escaped = message.replace("(", r"\(")
+        with pytest.raises(token_data.UserError, match=f"{path}: {escaped}"):
+            token_data.read_split(tmp_path, "train", "ner_tags")
+    write_parquet(folder / "train-00000-of-00001.parquet", [["a"]], [[1]], names=())
+    given = token_data.read_split(tmp_path, "train", "ner_tags", ("O", "B-X"))
+    assert given.tag_names(0) == ["B-X"]
+
+
+@pytest.fixture(scope="module")
+def ner_base(imdb_corpus, vocab_dir, tmp_path_factory):
+    """vocab/ and datasets/ner/ in both layouts, made up from the demo reviews."""
+    base = tmp_path_factory.mktemp("ner_base")
+    shutil.copytree(vocab_dir, base / "vocab")
+    make_ner_demo.make_ner_demo(imdb_corpus, base / "datasets" / "ner", seed=123)
+    return base
+
+
+def ner_workdir(base, directory, layout: str, **settings):
+    """A copy of the base with one layout's files only, and a config.ini for a small NER model."""
+    shutil.copytree(base / "vocab", directory / "vocab")
+    (directory / "datasets" / "ner").mkdir(parents=True)
+    for path in (base / "datasets" / "ner").iterdir():
+        if (path.suffix == ".parquet") == (layout == "parquet"):
+            shutil.copy(path, directory / "datasets" / "ner" / path.name)
+    write_mlm_config(directory, **NER | settings)
+    return directory
+
+
+@pytest.mark.parametrize("layout", ["conll", "parquet"])
+def test_the_model_learns_the_tags_in_either_layout_and_tests_and_tags_text(ner_base, tmp_path, monkeypatch,
+                                                                            keep_signal_handlers, capsys, layout):
+    monkeypatch.chdir(ner_workdir(ner_base, tmp_path / layout, layout, max_iters=300, lr_decay_iters=300,
+                                  val_interval=300))
+    run_dir = main.run(main.load_config(None, []), None, False)
+    best = run_dir / "checkpoints" / "best.pt"
+    saved = checkpoints.load(best)
+    assert saved["task"] == "ner" and saved["best"] > 0.6  # F1: tagging every word O scores 0
+    assert set(saved["model_config"]["label_names"]) >= {"O", "B-YEAR", "B-SCORE", "B-GENRE", "I-GENRE"}
+    main.main(["--cp", str(best), "--test"])
+    scores = json.loads(next(run_dir.glob("test_metrics_step*.json")).read_text())
+    assert scores["test_f1"] > 0.6 and 0 <= scores["test_precision"] <= 1 and "test_f1_GENRE" in scores
+    capsys.readouterr()
+    ner.main(["--cp", str(best), "It was a 1959 western , 9 / 10 ."])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("It\t") and lines[-1] == "" and len(lines) == 11
+    assert {line.split("\t")[1] for line in lines[:-1]} > {"O"}  # it finds entities
+
+
+def test_a_run_resumes_exactly_mid_epoch(ner_base, tmp_path, monkeypatch, keep_signal_handlers):
+    settings = {"lr_decay_iters": 12, "val_interval": 6, "dropout": 0.1}
+    monkeypatch.chdir(ner_workdir(ner_base, tmp_path / "straight", "conll", **settings))
+    main.main(["--max-iters", "12"])
+    straight = checkpoints.load(tmp_path / "straight" / "runs" / "run0" / "checkpoints" / "checkpoint.pt")
+    monkeypatch.chdir(ner_workdir(ner_base, tmp_path / "resumed", "conll", **settings))
+    main.main(["--max-iters", "6"])
+    main.main(["--max-iters", "12", "--cp", "runs/run0/checkpoints/checkpoint.pt"])
+    resumed = checkpoints.load(tmp_path / "resumed" / "runs" / "run0" / "checkpoints" / "checkpoint.pt")
+    assert resumed["step"] == straight["step"] == 12 and straight["data_position"]["epoch"] == 0
+    for name, tensor in straight["model"].items():
+        torch.testing.assert_close(resumed["model"][name], tensor, rtol=0, atol=1e-5, msg=name)
+
+
+def test_two_processes_train_and_score_every_sentence_once(ner_base, tmp_path):
+    workdir = ner_workdir(ner_base, tmp_path / "ddp", "conll", batch_size=8, max_iters=4, val_interval=4)
+    result = run_main(workdir)
+    assert result.returncode == 0, result.stderr
+    saved = checkpoints.load(workdir / "runs" / "run0" / "checkpoints" / "checkpoint.pt")
+    assert saved["step"] == 4 and len(saved["rng_per_rank"]) == 2
+    sentences = len(token_data.read_split(workdir / "datasets", "validation", "ner_tags",
+                                          saved["model_config"]["label_names"]))
+    log = (workdir / "runs" / "run0" / "logs" / "log.txt").read_text(encoding="utf-8")
+    assert re.search(rf"val sentences {sentences}\b", log)  # every sentence once, from whichever rank
+
+
+def test_a_bad_tag_stops_the_run_before_its_first_step(ner_base, tmp_path, monkeypatch, capsys):
+    directory = ner_workdir(ner_base, tmp_path / "bad", "conll")
+    with (directory / "datasets" / "ner" / "validation.txt").open("a", encoding="utf-8") as file:
+        file.write("Paris B-LOC\n")
+    monkeypatch.chdir(directory)
+    assert "validation.txt: line" in one_error_line(capsys, lambda: main.main(["--max-iters", "2"]))
+    assert not (directory / "runs").exists() or not list((directory / "runs").iterdir())
+
+
+@pytest.mark.parametrize("architecture", [["--norm", "postln", "--position", "learned"],
+                                          ["--norm", "preln", "--position", "rope"]])
+def test_the_export_tags_as_ours_in_transformers_pipeline(ner_base, tmp_path, monkeypatch, keep_signal_handlers,
+                                                          architecture):
+    transformers = pytest.importorskip("transformers")
+    monkeypatch.chdir(ner_workdir(ner_base, tmp_path / "work", "parquet"))
+    run_dir = main.run(main.load_config(None, ["--max-iters", "40", "--val-interval", "40", *architecture]),
+                       None, False)
+    path = run_dir / "checkpoints" / "checkpoint.pt"
+    export_hf.main(["--cp", str(path), "-o", str(tmp_path / "hf")])
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    native = architecture[1] == "postln"
+    assert config["architectures"] == ["BertForTokenClassification" if native else "BertVariantForTokenClassification"]
+    model, vocab, _ = checkpoints.restore_model(path, {"ner": ner.BertForTokenClassification})
+    text = "A 1981 film noir with a romantic comedy twist : 8 out of 10 , and the best horror of 1999 ."
+    words = ner.words_of(vocab, text)
+    ours = ner.tag_sentences(model, vocab, [words], seq_len=64)[0]
+    tagger = transformers.pipeline("token-classification", model=str(tmp_path / "hf"), trust_remote_code=not native,
+                                   aggregation_strategy="none", ignore_labels=[])
+    pieces = tagger.tokenizer(text)
+    first_pieces = [index for index, word in enumerate(pieces.word_ids())
+                    if word is not None and (index == 0 or pieces.word_ids()[index - 1] != word)]
+    theirs = {entity["index"]: entity["entity"] for entity in tagger(text)}
+    assert [theirs[index] for index in first_pieces] == ours
+    assert {label for label in ours} != {"O"} or len(set(theirs.values())) == 1
+    loaded = transformers.AutoModelForTokenClassification.from_pretrained(tmp_path / "hf", trust_remote_code=not native)
+    inputs = tagger.tokenizer([text], return_tensors="pt")
+    with torch.no_grad():
+        expected, _ = model(inputs["input_ids"])
+        torch.testing.assert_close(loaded(**inputs).logits, expected, rtol=1e-4, atol=1e-4)
+    assert np.array_equal(np.array(list(loaded.config.id2label.values())), np.array(model.config.label_names))
