@@ -121,21 +121,27 @@ def make_ner_demo(corpus: Path, out_dir: Path, seed: int = 123, limit: int | Non
     return counts
 
 
-@exit_on_user_error
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def run_maker(argv, description: str, output_help: str, make, noun: str):
+    """The command line of a demo-data maker: -i reviews, -o directory, -s seed, --limit; make(input,
+    output, seed, limit) returns counts by name, printed as `name COUNT noun`."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-i", "--input", required=True, type=Path, help="reviews, one a line (demo/input/imdb.txt)")
-    parser.add_argument("-o", "--output", required=True, type=Path, help="directory to write (demo/datasets/ner)")
+    parser.add_argument("-o", "--output", required=True, type=Path, help=output_help)
     parser.add_argument("-s", "--seed", type=int, default=123, help="seed of the splits (default 123)")
     parser.add_argument("--limit", type=int, help="the first N reviews only")
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 10:
         raise UserError(f"--limit {args.limit}: expected at least 10 reviews")
     try:
-        counts = make_ner_demo(args.input, args.output, args.seed, args.limit)
+        counts = make(args.input, args.output, args.seed, args.limit)
     except OSError as error:
         raise UserError(f"{error.filename or args.output}: cannot write ({error.strerror or error})") from None
-    print(f"wrote {args.output}: " + ", ".join(f"{split} {count:,} sentences" for split, count in counts.items()))
+    print(f"wrote {args.output}: " + ", ".join(f"{name} {count:,} {noun}" for name, count in counts.items()))
+
+
+@exit_on_user_error
+def main(argv=None):
+    run_maker(argv, __doc__, "directory to write (demo/datasets/ner)", make_ner_demo, "sentences")
 
 
 if __name__ == "__main__":

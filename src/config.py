@@ -40,7 +40,8 @@ def one_of(*choices: str) -> Rule:
 
 # The tasks; main.py maps each name to its task class.
 CLASSIFICATION_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli", "classify")
-FINE_TUNING_TASKS = (*CLASSIFICATION_TASKS, "ner")
+QUESTION_ANSWERING_TASKS = ("squad", "squad_v2")  # SQuAD v1.1, and v2.0 with unanswerable questions
+FINE_TUNING_TASKS = (*CLASSIFICATION_TASKS, "ner", *QUESTION_ANSWERING_TASKS)
 TASK_TYPES = ("mlm", "clm", "electra", *FINE_TUNING_TASKS)
 # The model variants; model.py checks ModelConfig against the same tuples.
 NORMS = ("postln", "preln", "rmsnorm")
@@ -150,7 +151,8 @@ class Config:
     """Every setting of a run, grouped as config.ini.example groups them. INI keys are the field
     names with '-' for '_'; config.ini.example says more about each."""
     task_type: str = key("mlm", "mlm, clm, electra: pre-training; a GLUE task (cola, sst2, mrpc, qqp, stsb, mnli, "
-                         "qnli, rte, wnli), classify or ner (a tag per word): fine-tuning",
+                         "qnli, rte, wnli), classify, ner (a tag per word), squad or squad_v2 (answers from a "
+                         "context): fine-tuning",
                          one_of(*TASK_TYPES), group="Task")
     sentence_objective: str = key("none", "mlm only: none, nsp (next sentence) or sop (sentence order)",
                                   one_of(*SENTENCE_OBJECTIVES))
@@ -158,6 +160,12 @@ class Config:
     tag_column: str = key("ner_tags", "ner: the tags' parquet column; in CoNLL text ner_tags is the last column, "
                           "pos_tags the 2nd, chunk_tags the 3rd, or a column number", Rule(bool, "a column"))
     labels: str = key("", "ner: the tag names in the ids' order, comma-separated; empty: from the data")
+    doc_stride: int = key(32, "squad: the pieces two windows of a long context share (run_qa's 128 goes with "
+                          "seq-len 384)", at_least(0))
+    max_query_length: int = key(64, "squad: a question's pieces beyond this are cut", at_least(1))
+    max_answer_length: int = key(30, "squad: the longest answer predicted, in pieces", at_least(1))
+    null_score_threshold: float = key(0.0, "squad_v2: answer nothing where [CLS]'s score beats the best span's "
+                                      "by more than this")
     pooling: str = key("cls", "what the classifier reads: cls ([CLS]'s state) or mean (of the real tokens)",
                        one_of(*POOLINGS))
     generator_width: float = key(0.25, "electra: the generator's share of the heads", within(0, 1, "(]"))
@@ -168,7 +176,7 @@ class Config:
     vocab: str = key("", "vocab.txt or its directory; empty: base-dir/vocab")
     datasets_dir: str = key("", "shards and fine-tuning files, under base-dir unless absolute; empty: "
                                 "base-dir/datasets")
-    glue_dir: str = key("", "GLUE's data: a folder per task (parquet or TSV), ner's in ner/; under base-dir "
+    glue_dir: str = key("", "fine-tuning data: a folder per task (sst2/ or SST-2/, ner/, squad/); under base-dir "
                             "unless absolute; empty: the datasets directory")
     dataset_pattern: str = key("train_*.msgpack", "training shards in the datasets directory")
     val_dataset_pattern: str = key("val_*.msgpack", "validation shards")

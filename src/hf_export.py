@@ -42,23 +42,27 @@ VARIANT_FIELDS = ("vocab_size", "max_len", "d_model", "heads", "n_layer", "d_ff"
 GENERATOR = ("generator.", "generator_input.", "generator_head.")
 
 NATIVE_CLASSES = {"mlm": "BertForMaskedLM", "clm": "BertLMHeadModel", "electra": "ElectraForPreTraining",
-                  "encoder": "BertModel", "ner": "BertForTokenClassification"} | {
+                  "encoder": "BertModel", "ner": "BertForTokenClassification", "squad": "BertForQuestionAnswering",
+                  "squad_v2": "BertForQuestionAnswering"} | {
     task: "BertForSequenceClassification" for task in CLASSIFICATION_TASKS}
 VARIANT_CLASSES = {"mlm": "BertVariantForMaskedLM", "clm": "BertVariantForCausalLM",
                    "electra": "BertVariantForPreTraining", "encoder": "BertVariantModel",
-                   "ner": "BertVariantForTokenClassification"} | {
+                   "ner": "BertVariantForTokenClassification", "squad": "BertVariantForQuestionAnswering",
+                   "squad_v2": "BertVariantForQuestionAnswering"} | {
     task: "BertVariantForSequenceClassification" for task in CLASSIFICATION_TASKS}
 # The Auto class each exported class answers to.
 AUTO_CLASSES = {"BertVariantModel": "AutoModel", "BertVariantForMaskedLM": "AutoModelForMaskedLM",
                 "BertVariantForPreTraining": "AutoModelForPreTraining",
                 "BertVariantForCausalLM": "AutoModelForCausalLM",
                 "BertVariantForSequenceClassification": "AutoModelForSequenceClassification",
-                "BertVariantForTokenClassification": "AutoModelForTokenClassification"}
+                "BertVariantForTokenClassification": "AutoModelForTokenClassification",
+                "BertVariantForQuestionAnswering": "AutoModelForQuestionAnswering"}
 # Where transformers' own classes fit, for the model card's load line.
 AUTO_NAMES = {"BertForMaskedLM": "AutoModelForMaskedLM", "BertForPreTraining": "AutoModelForPreTraining",
               "BertLMHeadModel": "AutoModelForCausalLM", "ElectraForPreTraining": "AutoModelForPreTraining",
               "BertModel": "AutoModel", "BertForSequenceClassification": "AutoModelForSequenceClassification",
-              "BertForTokenClassification": "AutoModelForTokenClassification"} | AUTO_CLASSES
+              "BertForTokenClassification": "AutoModelForTokenClassification",
+              "BertForQuestionAnswering": "AutoModelForQuestionAnswering"} | AUTO_CLASSES
 
 
 def is_native(checkpoint: dict) -> bool:
@@ -103,11 +107,12 @@ def hf_config(checkpoint: dict) -> dict:
     config = native_config(checkpoint) if is_native(checkpoint) else variant_config(checkpoint)
     config["architectures"] = [architecture(checkpoint)]
     if checkpoint["task"] in FINE_TUNING_TASKS:
+        config["finetuning_task"] = checkpoint["task"]
+    if checkpoint["task"] in CLASSIFICATION_TASKS or checkpoint["model_config"]["label_names"]:
         saved = checkpoint["model_config"]
         names = saved["label_names"] or label_names(checkpoint["task"], saved["num_labels"])
         config["id2label"] = {str(index): name for index, name in enumerate(names)}
         config["label2id"] = {name: index for index, name in enumerate(names)}
-        config["finetuning_task"] = checkpoint["task"]
         if len(names) == 1:
             config["problem_type"] = "regression"
     return config

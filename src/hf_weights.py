@@ -27,6 +27,8 @@ NAMES = {
     "sentence_head.bias": "cls.seq_relationship.bias",
     "classifier.weight": "classifier.weight",
     "classifier.bias": "classifier.bias",
+    "qa_outputs.weight": "qa_outputs.weight",  # extractive question answering's start and end
+    "qa_outputs.bias": "qa_outputs.bias",
     "detector.0.weight": "discriminator_predictions.dense.weight",  # ELECTRA's discriminator
     "detector.0.bias": "discriminator_predictions.dense.bias",
     "detector.2.weight": "discriminator_predictions.dense_prediction.weight",
@@ -103,4 +105,5 @@ def their_name(name: str) -> str:
     unprefixed names with "bert."."""
     if name.startswith("electra."):
         return "bert." + name.removeprefix("electra.")
-    return name if name.startswith(("bert.", "cls.", "classifier.", "discriminator_predictions.")) else f"bert.{name}"
+    heads = ("bert.", "cls.", "classifier.", "qa_outputs.", "discriminator_predictions.")
+    return name if name.startswith(heads) else f"bert.{name}"

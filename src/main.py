@@ -22,7 +22,7 @@ import torch
 
 import checkpoints
 import distributed
-from config import CLASSIFICATION_TASKS, Config, key_reference
+from config import CLASSIFICATION_TASKS, QUESTION_ANSWERING_TASKS, Config, key_reference
 from errors import UserError, exit_on_user_error
 from hardware import select_device
 from ini import load_config
@@ -37,7 +37,8 @@ from vocab import load_vocab
 TASKS = {"mlm": ("mlm_task", "MaskedLMTask"), "clm": ("clm_task", "CausalLMTask"),
          "electra": ("electra_task", "ElectraTask")} | dict.fromkeys(
     CLASSIFICATION_TASKS, ("classification_task", "ClassificationTask")) | {
-    "ner": ("token_task", "TokenClassificationTask")}
+    "ner": ("token_task", "TokenClassificationTask")} | dict.fromkeys(
+    QUESTION_ANSWERING_TASKS, ("squad_task", "QuestionAnsweringTask"))
 
 
 def parse_args(argv):

@@ -486,6 +486,27 @@ class BertForTokenClassification(nn.Module):
         return logits, F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
 
 
+class BertForQuestionAnswering(nn.Module):
+    """Extractive question answering (SQuAD): a start and an end logit for every token, from one
+    linear layer; the answer is the best span of the context (squad_task.py's best_spans)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.encoder = Encoder(config)
+        self.qa_outputs = nn.Linear(config.d_model, 2)
+        self.apply(init_weights)
+
+    def forward(self, input_ids, attention_mask=None, segment_ids=None, start_positions=None, end_positions=None):
+        """Start and end logits [batch, length]; with the answer's positions ([CLS]'s 0 where the
+        window holds none), the mean of the two cross-entropies."""
+        logits = self.qa_outputs(self.encoder(input_ids, attention_mask, segment_ids)).float()
+        start, end = logits.unbind(-1)
+        if start_positions is None:
+            return start, end, None
+        return start, end, (F.cross_entropy(start, start_positions) + F.cross_entropy(end, end_positions)) / 2
+
+
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 

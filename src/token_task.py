@@ -5,19 +5,19 @@ A word's label sits on its first word piece; the others have none in the loss an
 one's prediction. A sentence longer than seq-len is read in overlapping windows, each word scored
 in the window where it has the most context. best.pt goes by the entity-level F1.
 """
-import itertools
 
 import numpy as np
 import torch
 
 import token_data
-from batching import BatchOrder, LengthGroupedBatchOrder, gather_padded, kept_rows
+from batching import gather_padded
 from entity_metrics import entity_scores
 from errors import UserError
 from hardware import to_device
 from masking import IGNORE_INDEX
 from model import BertForTokenClassification, ModelConfig, model_config
 from token_data import EncodedWindows, TaggedSentences
+from window_task import WindowTask
 
 SPLITS = {"train": "train", "val": "validation", "test": "test"}
 
@@ -43,7 +43,7 @@ class TaggedSplit:
                 "scored_words": words, "sentences": windows.sentences[rows]}
 
 
-class TokenClassificationTask:
+class TokenClassificationTask(WindowTask):
     """A tag per word on BERT: BertForTokenClassification, scored by entity precision, recall, F1."""
     name = "ner"
     best_metric = "f1"
@@ -53,11 +53,7 @@ class TokenClassificationTask:
     data_source = None
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
-        self.config = config
-        self.vocab = vocab
-        self.device = device
-        self.order = BatchOrder(config.batch_size, config.seed, rank, world_size)
-        self.splits: dict[str, TaggedSplit] = {}
+        super().__init__(config, vocab, device, rank, world_size)
         self.label_names = token_data.parse_labels(config.labels)  # each split is read against them
         self.label_names = self.data("train").sentences.label_names  # those given, else the training split's
 
@@ -65,26 +61,10 @@ class TokenClassificationTask:
     def num_labels(self) -> int:
         return len(self.label_names)
 
-    def data(self, split: str) -> TaggedSplit:
-        if split not in self.splits:
-            self.splits[split] = self.read_split(split)
-        return self.splits[split]
-
     def read_split(self, split: str) -> TaggedSplit:
-        sentences = token_data.read_split(self.config.glue_path, SPLITS[split], self.config.tag_column,
-                                          self.label_names)
-        path = sentences.files[0]
-        kept = kept_rows(len(sentences), self.config.share_of(split), self.config.seed)
-        if len(kept) < len(sentences):
-            sentences = sentences.select(kept)
-        if len(sentences) < self.order.batch_size * self.order.world_size:
-            raise UserError(f"{path}: {len(sentences)} sentences are fewer than one batch "
-                            f"(batch-size {self.order.batch_size} x {self.order.world_size} processes)")
+        sentences = self.kept(token_data.read_split(self.config.glue_path, SPLITS[split], self.config.tag_column,
+                                                    self.label_names), split, "sentences")
         return TaggedSplit(sentences, token_data.encode_sentences(self.vocab, sentences, self.config.seq_len))
-
-    def check_data(self, splits: tuple[str, ...]):
-        for split in splits:
-            self.data(split)
 
     def model_config(self, max_len: int | None = None) -> ModelConfig:
         return model_config(self.config, self.vocab, max_len, num_labels=self.num_labels,
@@ -92,25 +72,6 @@ class TokenClassificationTask:
 
     def build_model(self, max_len: int | None = None) -> BertForTokenClassification:
         return BertForTokenClassification(self.model_config(max_len))
-
-    def train_batches(self, position: dict | None):
-        data = self.data("train")
-        order = self.order
-        if self.config.length_grouping:
-            order = LengthGroupedBatchOrder(data.windows.lengths, order.batch_size, order.seed, order.rank,
-                                            order.world_size)
-        return order.batches(position, lambda epoch: len(data),
-                             lambda epoch, rows: data.batch(rows, self.vocab.pad_id))
-
-    def eval_batches(self, split: str, count: int | None):
-        """Every window of the split once (each rank every world-size-th), in order; the test split's
-        first `count` batches where count is given. Validation scores the whole split."""
-        data = self.data(split)
-        rows = np.arange(len(data))[self.order.rank::self.order.world_size]
-        size = self.order.batch_size
-        batches = (to_device(data.batch(rows[start:start + size], self.vocab.pad_id), self.device, False)
-                   | {"split": split} for start in range(0, len(rows), size))
-        return batches if count is None or split == "val" else itertools.islice(batches, count)
 
     def outputs(self, model, batch: dict):
         return model(batch["input_ids"], batch.get("labels"), attention_mask=batch["attention_mask"])

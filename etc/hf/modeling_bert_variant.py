@@ -7,15 +7,16 @@ from dataclasses import fields
 import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
-from transformers.modeling_outputs import (BaseModelOutput, CausalLMOutput, MaskedLMOutput, SequenceClassifierOutput,
+from transformers.modeling_outputs import (BaseModelOutput, CausalLMOutput, MaskedLMOutput,
+                                           QuestionAnsweringModelOutput, SequenceClassifierOutput,
                                            TokenClassifierOutput)
 from transformers.models.bert.modeling_bert import BertForPreTrainingOutput
 from transformers.models.electra.modeling_electra import ElectraForPreTrainingOutput
 
 from .bert_variant_layers import (IGNORE_INDEX, BertForCausalLM, BertForMaskedLM, BertForPreTraining,
-                                  BertForSequenceClassification, BertForTokenClassification, ElectraForPreTraining,
-                                  Embeddings, Encoder,
-                                  ModelConfig, Rotary, init_weights, rotary_angles, sinusoidal_positions)
+                                  BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification,
+                                  ElectraForPreTraining, Embeddings, Encoder, ModelConfig, Rotary, init_weights,
+                                  rotary_angles, sinusoidal_positions)
 from .configuration_bert_variant import BertVariantConfig
 
 TIED = {"head.token_embedding.weight": "encoder.embeddings.token.weight"}  # the MLM decoder is the embedding
@@ -176,3 +177,18 @@ class BertVariantForTokenClassification(BertVariantPreTrainedModel):
         logits, loss = BertForTokenClassification.forward(self, input_ids, labels, real_tokens(attention_mask),
                                                           token_type_ids)
         return TokenClassifierOutput(loss=loss, logits=logits)
+
+
+class BertVariantForQuestionAnswering(BertVariantPreTrainedModel):
+    """Start and end logits of an answer span for every token (SQuAD)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.adopt(BertForQuestionAnswering(model_config(config)))
+        self.post_init()
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, start_positions=None, end_positions=None,
+                **kwargs):
+        start, end, loss = BertForQuestionAnswering.forward(self, input_ids, real_tokens(attention_mask),
+                                                            token_type_ids, start_positions, end_positions)
+        return QuestionAnsweringModelOutput(loss=loss, start_logits=start, end_logits=end)

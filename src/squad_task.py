@@ -1,0 +1,224 @@
+"""Extractive question answering (task-type = squad for SQuAD v1.1, squad_v2 with unanswerable
+questions; task.Task). squad_data.py reads and encodes the data, squad_metrics.py scores as SQuAD's
+official scripts do.
+
+The model gives every token a start and an end logit. A question's answer is its best legal span
+over all its windows: start and end among the window's n best, inside the context, the end not
+before the start, at most max-answer-length pieces, the start in the window where it has the most
+context; its score is the two logits' sum. For squad_v2 the no-answer score is [CLS]'s (the lowest
+over the windows), and the answer is empty where it beats the best span by null-score-threshold.
+best.pt goes by F1.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+import squad_data
+from batching import gather_padded
+from errors import UserError
+from hardware import to_device
+from model import BertForQuestionAnswering, ModelConfig, model_config
+from squad_data import EncodedQuestions, Questions
+from squad_metrics import squad_scores
+from token_data import best_windows
+from window_task import WindowTask
+
+SPLITS = {"train": "train", "val": "validation", "test": "test"}
+N_BEST = 20  # start and end candidates per window, as run_qa.py and BERT's own script take
+
+
+@dataclass
+class QuestionSplit:
+    """One split: its questions and their encoded windows."""
+    questions: Questions
+    windows: EncodedQuestions
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def batch(self, rows: np.ndarray, pad_id: int) -> dict:
+        """Windows `rows`, padded to the longest (a multiple of 8)."""
+        windows = self.windows
+        width = -(-int(windows.lengths[rows].max()) // 8) * 8
+        input_ids, real = gather_padded(windows.tokens, windows.starts, rows, width, pad_id)
+        segment_ids, _ = gather_padded(windows.segments, windows.starts, rows, width, 0)
+        return {"input_ids": input_ids, "attention_mask": real, "segment_ids": segment_ids,
+                "start_positions": windows.answer_start[rows], "end_positions": windows.answer_end[rows],
+                "windows": rows}
+
+
+@dataclass
+class Answer:
+    text: str
+    score: float  # the span's start and end logits summed; -inf where no span is legal
+    null_score: float  # [CLS]'s, the lowest over the question's windows
+
+
+def best_answers(data: QuestionSplit, logits: dict[int, tuple[np.ndarray, np.ndarray]],
+                 max_answer_length: int) -> dict[int, Answer]:
+    """The best legal span of each question whose windows the logits (window -> start, end) cover."""
+    by_question: dict[int, list[int]] = {}
+    for window in sorted(logits):
+        by_question.setdefault(int(data.windows.questions[window]), []).append(window)
+    answers = {}
+    for question, windows in by_question.items():
+        best, best_score, null_score = (0, 0), -np.inf, np.inf
+        context, offsets = data.questions.contexts[question], data.windows.offsets[question]
+        spans = [(int(data.windows.first_pieces[w]), int(data.windows.first_pieces[w] + data.windows.lengths[w]
+                  - data.windows.window_offsets[w] - 1)) for w in windows]
+        most_context = best_windows(spans, len(offsets))
+        for number, window in enumerate(windows):
+            start_logits, end_logits = logits[window]
+            null_score = min(null_score, float(start_logits[0] + end_logits[0]))
+            span, score = best_span(start_logits, end_logits, data.windows, window, max_answer_length,
+                                    most_context == number)
+            if score > best_score:
+                best, best_score = span, score
+        text = context[offsets[best[0], 0]:offsets[best[1], 1]] if best_score > -np.inf else ""
+        answers[question] = Answer(text, best_score, null_score)
+    return answers
+
+
+def best_span(start_logits: np.ndarray, end_logits: np.ndarray, windows: EncodedQuestions, window: int,
+              max_answer_length: int, starts_here: np.ndarray) -> tuple[tuple[int, int], float]:
+    """The window's best (first, last) context pieces and their score, among its N_BEST starts and
+    ends; a span starts only at a piece of starts_here (the context's pieces this window scores)."""
+    offset, first = int(windows.window_offsets[window]), int(windows.first_pieces[window])
+    context_end = int(windows.lengths[window]) - 1  # the closing [SEP]
+    best, best_score = (0, 0), -np.inf
+    for start in np.argsort(start_logits[offset:context_end])[::-1][:N_BEST] + offset:
+        if not starts_here[first + start - offset]:
+            continue
+        for end in np.argsort(end_logits[start:min(context_end, start + max_answer_length)])[::-1][:N_BEST] + start:
+            score = float(start_logits[start] + end_logits[end])
+            if score > best_score:
+                best, best_score = (first + start - offset, first + end - offset), score
+    return best, best_score
+
+
+class QuestionAnsweringTask(WindowTask):
+    """SQuAD on BERT: BertForQuestionAnswering, scored by exact match and F1."""
+    best_metric = "f1"
+    lower_is_better = False
+    predictions_per_token = 0.0  # no MLM head
+    measuring_keys = ("seq_len", "doc_stride", "max_query_length", "max_answer_length", "null_score_threshold",
+                      "dataset_percentage", "val_dataset_percentage")
+    data_source = None
+
+    def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
+        super().__init__(config, vocab, device, rank, world_size)
+        self.name = config.task_type
+        self.data("train")  # fail early on a missing or bad train split
+
+    def read_split(self, split: str) -> QuestionSplit:
+        config = self.config
+        questions = self.kept(squad_data.read_split(config.glue_path, self.name, SPLITS[split]), split, "questions")
+        windows = squad_data.encode_questions(self.vocab, questions, config.seq_len, config.doc_stride,
+                                              config.max_query_length)
+        return QuestionSplit(questions, windows)
+
+    def model_config(self, max_len: int | None = None) -> ModelConfig:
+        return model_config(self.config, self.vocab, max_len)
+
+    def build_model(self, max_len: int | None = None) -> BertForQuestionAnswering:
+        return BertForQuestionAnswering(self.model_config(max_len))
+
+    def outputs(self, model, batch: dict, labelled: bool = True):
+        return model(batch["input_ids"], batch["attention_mask"], batch["segment_ids"],
+                     batch["start_positions"] if labelled else None, batch["end_positions"] if labelled else None)
+
+    def loss(self, model, batch: dict, generator=None, mask_rate=None):
+        """Mean loss, and [windows, starts right, ends right]; no host sync."""
+        start, end, loss = self.outputs(model, batch)
+        return loss, torch.stack([batch["start_positions"].new_tensor(len(start)),
+                                  (start.argmax(-1) == batch["start_positions"]).sum(),
+                                  (end.argmax(-1) == batch["end_positions"]).sum()])
+
+    def metrics(self, loss: float, statistics: torch.Tensor) -> dict:
+        count = float(statistics[0])
+        return {"loss": loss, "start_accuracy": float(statistics[1]) / count,
+                "end_accuracy": float(statistics[2]) / count}
+
+    @torch.no_grad()
+    def evaluate(self, model, batches, autocast) -> dict:
+        """exact and f1 (with HasAns_, NoAns_ and the best threshold for squad_v2) over every question
+        the batches reach (all ranks'), and the mean loss over their windows."""
+        model.eval()
+        loss_sum, windows, logits, split = 0.0, 0, {}, "val"
+        for batch in batches:
+            split = batch["split"]
+            with autocast:
+                start, end, loss = self.outputs(model, batch)
+            loss_sum, windows = loss_sum + loss.double().item() * len(start), windows + len(start)
+            logits |= window_logits(batch, start, end)
+        model.train()
+        if torch.distributed.is_initialized():
+            gathered = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(gathered, (loss_sum, windows, logits))
+            loss_sum, windows = sum(each[0] for each in gathered), sum(each[1] for each in gathered)
+            logits = {window: value for each in gathered for window, value in each[2].items()}
+        if not logits:
+            raise UserError("the evaluation split has no batch: it holds fewer questions than batch-size")
+        data = self.data(split)
+        answers = best_answers(data, logits, self.config.max_answer_length)
+        return {"loss": loss_sum / windows, **self.scores(data.questions, answers), "questions": len(answers)}
+
+    def scores(self, questions: Questions, answers: dict[int, Answer]) -> dict[str, float]:
+        predictions = {questions.ids[row]: self.predicted_text(answer) for row, answer in answers.items()}
+        golds = {questions.ids[row]: [text for text, _ in questions.answers[row]] for row in answers}
+        margins = None
+        if self.name == "squad_v2":
+            margins = {questions.ids[row]: answer.null_score - answer.score for row, answer in answers.items()}
+        return squad_scores(predictions, golds, margins)
+
+    def predicted_text(self, answer: Answer) -> str:
+        """The span, or for squad_v2 nothing where [CLS] beats it by the threshold."""
+        if self.name == "squad_v2" and answer.null_score > answer.score + self.config.null_score_threshold:
+            return ""
+        return answer.text
+
+    def show_predictions(self, model, autocast) -> str:
+        """A few validation questions with the predicted answer and the gold ones."""
+        data = self.data("val")
+        first = np.nonzero(data.windows.questions < 4)[0]
+        batch = to_device(data.batch(first, self.vocab.pad_id), self.device, False)
+        model.eval()
+        with torch.no_grad(), autocast:
+            start, end, _ = self.outputs(model, batch, labelled=False)
+        model.train()
+        answers = best_answers(data, window_logits(batch, start, end), self.config.max_answer_length)
+        lines = [f"  {data.questions.questions[row]} -> {self.predicted_text(answer)!r} (gold "
+                 f"{[text for text, _ in data.questions.answers[row]] or ['']})" for row, answer in answers.items()]
+        return "predictions:\n" + "\n".join(lines)
+
+    def submission(self, model, split: str, autocast):
+        return None  # SQuAD's splits carry their answers
+
+
+def window_logits(batch: dict, start: torch.Tensor, end: torch.Tensor) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """window -> its start and end logits (float32 numpy, padding included)."""
+    start, end = start.float().cpu().numpy(), end.float().cpu().numpy()
+    return {int(window): (start[row], end[row]) for row, window in enumerate(batch["windows"].tolist())}
+
+
+@torch.no_grad()
+def answer_questions(model, vocab, questions: list[str], contexts: list[str], settings: dict,
+                     batch_size: int = 32) -> list[tuple[str, float]]:
+    """The answer span and its score for each question on its context, windows and spans as
+    fine-tuning made them (settings: the run's seq-len, doc-stride, max-query-length,
+    max-answer-length; null-score-threshold where squad_v2, whose empty answer scores [CLS])."""
+    data = Questions([str(number) for number in range(len(questions))], questions, contexts,
+                     [[] for _ in questions], ())
+    split = QuestionSplit(data, squad_data.encode_questions(vocab, data, settings["seq-len"], settings["doc-stride"],
+                                                            settings["max-query-length"]))
+    logits = {}
+    for start in range(0, len(split), batch_size):
+        batch = split.batch(np.arange(start, min(start + batch_size, len(split))), vocab.pad_id)
+        starts, ends, _ = model(*(torch.from_numpy(batch[name]) for name in ("input_ids", "attention_mask",
+                                                                             "segment_ids")))
+        logits |= window_logits(batch, starts, ends)
+    answers = best_answers(split, logits, settings["max-answer-length"])
+    threshold = settings.get("null-score-threshold")
+    return [("", answer.null_score) if threshold is not None and answer.null_score > answer.score + threshold
+            else (answer.text, answer.score) for answer in (answers[row] for row in range(len(questions)))]
