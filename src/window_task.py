@@ -22,9 +22,6 @@ class WindowTask:
         self.order = BatchOrder(config.batch_size, config.seed, rank, world_size)
         self.splits = {}
 
-    def read_split(self, split: str):
-        raise NotImplementedError
-
     def kept(self, examples, split: str, noun: str):
         """The split's share of its examples (dataset-percentage and val-dataset-percentage), which
         must fill one batch; `noun` names them in the error (sentences, questions)."""
