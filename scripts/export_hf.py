@@ -70,6 +70,8 @@ def directory_files(checkpoint_path: Path, checkpoint: dict) -> dict[str, str]:
              **hf_export.tokenizer_files(checkpoints.vocab_of(checkpoint), checkpoint["model_config"]["max_len"])}
     if not hf_export.is_native(checkpoint):
         files |= hf_export.code_files()
+    if checkpoint["task"] == "embed":
+        files |= hf_export.sentence_transformers_files(checkpoint)
     return files
 
 
@@ -89,6 +91,7 @@ def export(checkpoint_path: Path, out_dir: Path, force: bool = False) -> list[st
     try:
         save_file(hf_export.exported_weights(checkpoint), temp / "model.safetensors", metadata={"format": "pt"})
         for name, text in files.items():
+            (temp / name).parent.mkdir(exist_ok=True)
             (temp / name).write_text(text, encoding="utf-8")
         finish(temp)
         replace_directory(temp, target)
@@ -96,7 +99,7 @@ def export(checkpoint_path: Path, out_dir: Path, force: bool = False) -> list[st
         raise UserError(f"{out_dir}: cannot write ({error.strerror})") from None
     finally:
         shutil.rmtree(temp, ignore_errors=True)
-    return sorted(path.name for path in target.iterdir())
+    return sorted(str(path.relative_to(target)) for path in target.rglob("*") if path.is_file())
 
 
 def finish(directory: Path):
@@ -105,6 +108,9 @@ def finish(directory: Path):
     mask = os.umask(0)
     os.umask(mask)
     for path in directory.iterdir():
+        if path.is_dir():
+            finish(path)
+            continue
         path.chmod(0o666 & ~mask)
         with open(path, "rb+") as file:
             os.fsync(file.fileno())

@@ -1,9 +1,12 @@
 """The GLUE table for a pre-trained checkpoint: fine-tune every task with several seeds, score each
 task's best checkpoint on its dev split(s), write the table, and the GLUE server's submission files.
+Named entities, SQuAD and sentence embeddings (--tasks ner squad squad_v2 embed, their data in
+--glue-dir's ner/, squad/, squad_v2/, embed/) join the same table: a model's whole report card.
 
 Examples:
     python scripts/glue.py --cp runs/run0/checkpoints/best.pt --glue-dir glue
     python scripts/glue.py --cp CKPT --glue-dir glue --tasks sst2 mrpc --seeds 5 -o glue_results
+    python scripts/glue.py --cp CKPT --glue-dir data --tasks sst2 ner squad embed -o report
     python scripts/glue.py --cp CKPT --glue-dir glue --ddp --nproc 4 --learning-rate 1e-4
 
 Each task's recipe comes from --recipe (etc/templates/glue.ini: an [all] section and one per task);
@@ -37,22 +40,30 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 import checkpoints  # noqa: E402
 import distributed  # noqa: E402
+import embed_data  # noqa: E402
 import glue_data  # noqa: E402
 import glue_metrics  # noqa: E402
 import glue_tasks  # noqa: E402
 import pair_encoding  # noqa: E402
+import squad_data  # noqa: E402
+import token_data  # noqa: E402
 from atomic import atomic_write  # noqa: E402
-from classification_task import ClassificationTask, Part  # noqa: E402
+from classification_task import Part  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
-from hardware import select_device  # noqa: E402
 from config import INI_KEYS, Config, ini_text, known_name, typed_value  # noqa: E402
 from ini import load_config, parse_overrides  # noqa: E402
+from main import make_task  # noqa: E402
 from run_log import lock_directory, lock_run_dir  # noqa: E402
 from trainer import Trainer, finished_marker  # noqa: E402
-from vocab import load_vocab, write_vocab_directory  # noqa: E402
+from vocab import write_vocab_directory  # noqa: E402
 
 TASK_ORDER = ("mnli", "cola", "sst2", "mrpc", "qqp", "stsb", "qnli", "rte", "wnli")  # MNLI first: --from-mnli
 FROM_MNLI = ("rte", "mrpc", "stsb")
+# The report card's other tasks, run after GLUE's when --tasks names them, and the scores the table
+# shows of each, as fractions (SQuAD's, percentages in its logs, are divided by 100).
+BEYOND_GLUE = {"ner": ("f1", "precision", "recall"), "squad": ("exact", "f1"),
+               "squad_v2": ("exact", "f1", "HasAns_f1", "NoAns_f1"), "embed": ("spearman", "ndcg@10", "recall@10")}
+IN_PERCENT = ("squad", "squad_v2")
 RECIPE = ROOT / "etc" / "templates" / "glue.ini"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # passed on to the run training: it saves and exits
 STOPPED_EXIT_CODE = 130  # Ctrl-C's: stopped, the same command goes on
@@ -68,7 +79,8 @@ def parse_args(argv):
     parser.add_argument("--cp", type=Path, required=True, help="the pre-trained checkpoint to fine-tune")
     parser.add_argument("--glue-dir", type=Path, required=True,
                         help="GLUE's data: a folder per task, Hugging Face parquet (sst2/) or GLUE TSV (SST-2/)")
-    parser.add_argument("--tasks", nargs="+", default=list(TASK_ORDER), help="tasks to run (default: all nine)")
+    parser.add_argument("--tasks", nargs="+", default=list(TASK_ORDER),
+                        help=f"tasks to run (default: GLUE's nine; also {', '.join(BEYOND_GLUE)})")
     parser.add_argument("--seeds", type=int, default=3, help="fine-tuning runs per task (default 3)")
     parser.add_argument("--recipe", type=Path, default=RECIPE, help=f"per-task settings (default {RECIPE.name})")
     parser.add_argument("--from-mnli", action="store_true", help="start RTE, MRPC and STS-B from MNLI's best run")
@@ -86,11 +98,11 @@ def parse_args(argv):
 
 
 def ordered_tasks(names: list[str]) -> list[str]:
-    """The tasks asked for, by GLUE's names, in the order they run; ax comes with mnli."""
-    tasks = {glue_tasks.glue_task(name).name for name in names}
+    """The tasks asked for, by GLUE's names, in the order they run (GLUE's, then the others); ax comes with mnli."""
+    tasks = {name if name in BEYOND_GLUE else glue_tasks.glue_task(name).name for name in names}
     if "ax" in tasks:
         raise UserError("--tasks ax: AX has no training data; its predictions come with mnli")
-    return [name for name in TASK_ORDER if name in tasks]
+    return [name for name in (*TASK_ORDER, *BEYOND_GLUE) if name in tasks]
 
 
 def read_recipe(path: Path) -> dict[str, dict[str, Any]]:
@@ -101,10 +113,11 @@ def read_recipe(path: Path) -> dict[str, dict[str, Any]]:
             raise UserError(f"{path}: recipe not found")
     except configparser.Error as error:
         raise UserError(f"{path}: not a recipe file ({error.__class__.__name__}: {error.message})") from None
-    unknown = [name for name in parser.sections() if name != "all" and name not in glue_tasks.TASKS]
+    unknown = [name for name in parser.sections()
+               if name != "all" and name not in glue_tasks.TASKS and name not in BEYOND_GLUE]
     if unknown:
-        raise UserError(f"{path}: section [{unknown[0]}] is not a GLUE task; sections: [all], "
-                        f"{', '.join(f'[{name}]' for name in TASK_ORDER)}")
+        raise UserError(f"{path}: section [{unknown[0]}] is not a task of the runner; sections: [all], "
+                        f"{', '.join(f'[{name}]' for name in (*TASK_ORDER, *BEYOND_GLUE))}")
     recipe = {}
     for section in parser.sections():
         where = f"{path}: [{section}]"
@@ -143,10 +156,8 @@ def available_tasks(glue_dir: Path, tasks: list[str], skip_missing: bool) -> lis
     """The tasks whose training and dev data are there; the rest stop the runner, or are skipped."""
     missing = []
     for name in tasks:
-        task = glue_tasks.TASKS[name]
         try:
-            for split in ("train", *task.dev_splits):
-                glue_data.find_split_files(glue_dir, task, split)
+            check_task_data(glue_dir, name)
         except UserError as error:
             missing.append((name, str(error)))
     if missing and not skip_missing:
@@ -157,6 +168,24 @@ def available_tasks(glue_dir: Path, tasks: list[str], skip_missing: bool) -> lis
     for name, problem in missing:
         print(f"skipping {name}: {problem}")
     return [name for name in tasks if name not in dict(missing)]
+
+
+def check_task_data(glue_dir: Path, name: str):
+    """The task's training and dev files are there (a UserError saying what is missing, where not)."""
+    if name == "ner":
+        for split in ("train", "validation"):
+            token_data.find_files(glue_dir, split)
+    elif name in ("squad", "squad_v2"):
+        for split in ("train", "validation"):
+            squad_data.find_files(glue_dir, name, split)
+    elif name == "embed":
+        embed_data.pair_files(glue_dir)
+        if not (embed_data.has_similarity(glue_dir, "validation") or embed_data.qrels_file(glue_dir, "validation")):
+            raise UserError(f"{embed_data.folder_of(glue_dir)}: no embed validation split (stsb/ or retrieval/)")
+    else:
+        task = glue_tasks.TASKS[name]
+        for split in ("train", *task.dev_splits):
+            glue_data.find_split_files(glue_dir, task, split)
 
 
 class Runner:
@@ -256,8 +285,8 @@ class Runner:
         best = self.run_dir(task, seed) / "checkpoints" / "best.pt"
         saved = checkpoints.load(best)
         config = checkpoints.with_architecture(load_config(self.config_file(task), self.overrides_for(seed)), saved)
-        task_object = ClassificationTask(config, load_vocab(self.out / "vocab"), select_device(config.device))
-        trainer = Trainer(config, task_object)
+        trainer = Trainer(config, make_task(config))
+        task_object = trainer.task
         model = trainer.restored_model(saved, best)
         metrics = task_object.evaluate(model, task_object.eval_batches("val", None), trainer.autocast)
         result = {"task": task, "seed": seed, "checkpoint": str(best), "step": saved["step"], "metrics": metrics,
@@ -349,7 +378,8 @@ def made_by(args, recipe: Recipe) -> dict:
     return {"checkpoint": str(args.cp.resolve()), "checkpoint sha256": checksum,
             "glue-dir": str(args.glue_dir.resolve()), "from-mnli": args.from_mnli,
             "processes": f"--ddp --nproc {args.nproc or 'one per GPU'}" if args.ddp else "1",
-            "settings": {task: recipe.as_text(task) for task in TASK_ORDER}}
+            "settings": {task: recipe.as_text(task) for task in (*TASK_ORDER, *BEYOND_GLUE)
+                         if task in TASK_ORDER or task in args.tasks}}
 
 
 def check_made_by(out: Path, current: dict):
@@ -395,6 +425,12 @@ def summary(results: list[dict]) -> dict:
     two averages over the medians."""
     by_result: dict[str, dict[str, list[float]]] = {}
     for result in results:
+        if result["task"] in BEYOND_GLUE:
+            scale = 100 if result["task"] in IN_PERCENT else 1
+            scores = by_result.setdefault(result["task"], {})
+            for metric in BEYOND_GLUE[result["task"]]:
+                scores.setdefault(metric, []).append(result["metrics"][metric] / scale)
+            continue
         task = glue_tasks.TASKS[result["task"]]
         for number, dev in enumerate(task.dev_results.values()):
             suffix = "" if number == 0 else "_mismatched"
@@ -410,7 +446,8 @@ def summary(results: list[dict]) -> dict:
 
 def table(results: list[dict], args) -> str:
     facts = summary(results)
-    lines = [f"# GLUE dev results of {args.cp}", "",
+    beyond = any(task in BEYOND_GLUE for task in args.tasks)
+    lines = [f"# {'Dev' if beyond else 'GLUE dev'} results of {args.cp}", "",
              f"Median over {args.seeds} fine-tuning seed(s), min-max in brackets, in percent. Recipe: "
              f"{args.recipe}{' (RTE, MRPC and STS-B from MNLI)' if args.from_mnli else ''}.", "",
              "| task | metric | median | min-max |", "|---|---|---:|---:|"]
@@ -443,9 +480,10 @@ def write_submission(results: list[dict], out: Path) -> None:
     """Each task's files from its best seed (by the task's GLUE score) into OUTDIR/submission and its zip."""
     best: dict[str, tuple[float, dict]] = {}
     for result in results:
-        task = glue_tasks.TASKS[result["task"]]
-        score = glue_metrics.task_score(task, result["metrics"])
-        if result["predictions"] and (result["task"] not in best or score > best[result["task"]][0]):
+        if not result["predictions"]:  # the test labels are known, or a task beyond GLUE
+            continue
+        score = glue_metrics.task_score(glue_tasks.TASKS[result["task"]], result["metrics"])
+        if result["task"] not in best or score > best[result["task"]][0]:
             best[result["task"]] = (score, result)
     if not best:
         return  # the test labels are known (not GLUE's own test sets): nothing to submit

@@ -6,8 +6,10 @@ Example:
 
 Reads config.json, the vocabulary (vocab.txt, or tokenizer.json alone) and model.safetensors (or
 pytorch_model.bin, loaded safely) of a transformers BERT (BertModel, BertForMaskedLM,
-BertForPreTraining, BertLMHeadModel, BertForSequenceClassification), an ELECTRA discriminator, or
-any directory scripts/export_hf.py wrote. Heads the directory lacks start fresh when training
+BertForPreTraining, BertLMHeadModel, BertForSequenceClassification, BertForTokenClassification,
+BertForQuestionAnswering), an ELECTRA discriminator, or any directory scripts/export_hf.py wrote. A
+sentence-transformers model (modules.json: Transformer, Pooling by cls or mean, Normalize) becomes
+an embed checkpoint with its pooling and max_seq_length. Heads the directory lacks start fresh when training
 begins, and the log says so. Whether text is lower-cased is read from the directory's own
 tokenizer_config.json (do_lower_case) or tokenizer.json and kept in the checkpoint. config.json's
 sizes are checked before anything is allocated: a model larger than this machine's memory

@@ -136,7 +136,8 @@ def run_maker(argv, description: str, output_help: str, make, noun: str):
         counts = make(args.input, args.output, args.seed, args.limit)
     except OSError as error:
         raise UserError(f"{error.filename or args.output}: cannot write ({error.strerror or error})") from None
-    print(f"wrote {args.output}: " + ", ".join(f"{name} {count:,} {noun}" for name, count in counts.items()))
+    print(f"wrote {args.output}: " + ", ".join(f"{name} {count:,}{noun and ' ' + noun}"
+                                               for name, count in counts.items()))
 
 
 @exit_on_user_error

@@ -21,6 +21,12 @@ def gather_padded(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray, wid
     return np.where(present, gathered, fill), present
 
 
+def padded_width(lengths: np.ndarray, limit: int) -> int:
+    """The width a batch of these lengths is padded to: the longest rounded up to a multiple of 8 (few
+    distinct shapes: fewer recompiles, aligned matmuls), never past `limit` (the position table)."""
+    return min(-(-int(lengths.max()) // 8) * 8, limit)
+
+
 def kept_rows(count: int, share: float, seed: int) -> np.ndarray:
     """A seeded, fixed share of `count` rows (dataset-percentage), in their order; all for 1."""
     if share >= 1:

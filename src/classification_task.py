@@ -18,7 +18,8 @@ import glue_data
 import glue_metrics
 import glue_tasks
 import pair_encoding
-from batching import BatchOrder, LengthGroupedBatchOrder, kept_rows
+from batching import BatchOrder, LengthGroupedBatchOrder, kept_rows, padded_width
+from distributed import every_rank
 from errors import UserError
 from hardware import to_device
 from model import BertForSequenceClassification, ModelConfig, model_config
@@ -43,9 +44,7 @@ class Part:
         return len(self.examples)
 
     def batch(self, rows: np.ndarray, pad_id: int, seq_len: int) -> dict:
-        longest = int(self.encoded.lengths[rows].max())
-        # few distinct shapes (fewer recompiles, aligned matmuls), never past the position table
-        width = min(-(-longest // 8) * 8, seq_len)
+        width = padded_width(self.encoded.lengths[rows], seq_len)
         input_ids, segment_ids, real = self.encoded.padded(rows, width, pad_id)
         pair = self.examples.second is not None
         return {"input_ids": input_ids, "attention_mask": real, "segment_ids": segment_ids if pair else None,
@@ -198,10 +197,8 @@ class ClassificationTask:
             loss_sum += loss.double().item() * len(batch["labels"])
             collected.append((batch["part"], self.predicted(logits).cpu().numpy(), batch["labels"].cpu().numpy()))
         model.train()
-        if torch.distributed.is_initialized():
-            gathered = [None] * torch.distributed.get_world_size()
-            torch.distributed.all_gather_object(gathered, (loss_sum, collected))
-            loss_sum, collected = sum(each[0] for each in gathered), [item for each in gathered for item in each[1]]
+        gathered = every_rank((loss_sum, collected))
+        loss_sum, collected = sum(each[0] for each in gathered), [item for each in gathered for item in each[1]]
         if not collected:
             raise UserError("the evaluation split has no batch: it holds fewer examples than batch-size")
         examples = sum(len(labels) for _, _, labels in collected)

@@ -41,7 +41,7 @@ def one_of(*choices: str) -> Rule:
 # The tasks; main.py maps each name to its task class.
 CLASSIFICATION_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli", "classify")
 QUESTION_ANSWERING_TASKS = ("squad", "squad_v2")  # SQuAD v1.1, and v2.0 with unanswerable questions
-FINE_TUNING_TASKS = (*CLASSIFICATION_TASKS, "ner", *QUESTION_ANSWERING_TASKS)
+FINE_TUNING_TASKS = (*CLASSIFICATION_TASKS, "ner", *QUESTION_ANSWERING_TASKS, "embed")
 TASK_TYPES = ("mlm", "clm", "electra", *FINE_TUNING_TASKS)
 # The model variants; model.py checks ModelConfig against the same tuples.
 NORMS = ("postln", "preln", "rmsnorm")
@@ -152,7 +152,7 @@ class Config:
     names with '-' for '_'; config.ini.example says more about each."""
     task_type: str = key("mlm", "mlm, clm, electra: pre-training; a GLUE task (cola, sst2, mrpc, qqp, stsb, mnli, "
                          "qnli, rte, wnli), classify, ner (a tag per word), squad or squad_v2 (answers from a "
-                         "context): fine-tuning",
+                         "context), embed (sentence embeddings): fine-tuning",
                          one_of(*TASK_TYPES), group="Task")
     sentence_objective: str = key("none", "mlm only: none, nsp (next sentence) or sop (sentence order)",
                                   one_of(*SENTENCE_OBJECTIVES))
@@ -166,8 +166,10 @@ class Config:
     max_answer_length: int = key(30, "squad: the longest answer predicted, in pieces", at_least(1))
     null_score_threshold: float = key(0.0, "squad_v2: answer nothing where [CLS]'s score beats the best span's "
                                       "by more than this")
-    pooling: str = key("cls", "what the classifier reads: cls ([CLS]'s state) or mean (of the real tokens)",
-                       one_of(*POOLINGS))
+    pooling: str = key("cls", "what the classifier (or embed's embedding) reads: cls ([CLS]'s state) or mean (of "
+                       "the real tokens)", one_of(*POOLINGS))
+    temperature: float = key(0.05, "embed: the contrastive loss divides cosine similarities by this "
+                             "(sentence-transformers' scale 20)", within(0, 1, "(]"))
     generator_width: float = key(0.25, "electra: the generator's share of the heads", within(0, 1, "(]"))
     detection_weight: float = key(50.0, "electra: loss = generator MLM + this x replaced-token detection",
                                   above(0))

@@ -85,6 +85,16 @@ def from_rank0(value: float) -> float:
     return tensor.item()
 
 
+def every_rank(value) -> list:
+    """Each rank's `value` (any picklable object), in rank order, on every rank: an evaluation's
+    predictions brought together. [value] in a single process."""
+    if not dist.is_initialized():
+        return [value]
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
 def all_ranks(flag: torch.Tensor) -> torch.Tensor:
     """A bool device tensor, True only where it is True on every rank (the finite-loss check)."""
     if not dist.is_initialized():

@@ -25,9 +25,14 @@ from vocab import SPECIAL_TOKEN_NAMES, Vocab, tokenizer_config
 TEMPLATES = Path(__file__).resolve().parent.parent / "etc" / "hf"
 LAYERS_MODULE = "bert_variant_layers"
 ADAPTERS = ("configuration_bert_variant.py", "modeling_bert_variant.py")
-# Every file an export writes: --force replaces a directory that holds these alone.
+# An embedding model's sentence-transformers modules: the directory's encoder, its pooling, the
+# scaling to length 1 (which has no settings, so no folder).
+SENTENCE_TRANSFORMERS_MODULES = (("", "Transformer"), ("1_Pooling", "Pooling"), ("2_Normalize", "Normalize"))
+# Every file an export writes, and the folders with theirs: --force replaces a directory that holds these alone.
 EXPORT_FILES = ("config.json", "model.safetensors", "README.md", "vocab.txt", "tokenizer.json",
-                "tokenizer_config.json", "special_tokens_map.json", *ADAPTERS, f"{LAYERS_MODULE}.py")
+                "tokenizer_config.json", "special_tokens_map.json", *ADAPTERS, f"{LAYERS_MODULE}.py",
+                "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+EXPORT_FOLDERS = {"1_Pooling": ("config.json",)}
 # The model card's own words, which tell an earlier export from a model downloaded with the same file names.
 CARD_MARK = "Exported by the BERT-from-scratch program's `scripts/export_hf.py`"
 # Settings transformers' BERT expresses, with BERT's value; pooling only matters to classifiers.
@@ -43,12 +48,12 @@ GENERATOR = ("generator.", "generator_input.", "generator_head.")
 
 NATIVE_CLASSES = {"mlm": "BertForMaskedLM", "clm": "BertLMHeadModel", "electra": "ElectraForPreTraining",
                   "encoder": "BertModel", "ner": "BertForTokenClassification", "squad": "BertForQuestionAnswering",
-                  "squad_v2": "BertForQuestionAnswering"} | {
+                  "squad_v2": "BertForQuestionAnswering", "embed": "BertModel"} | {
     task: "BertForSequenceClassification" for task in CLASSIFICATION_TASKS}
 VARIANT_CLASSES = {"mlm": "BertVariantForMaskedLM", "clm": "BertVariantForCausalLM",
                    "electra": "BertVariantForPreTraining", "encoder": "BertVariantModel",
                    "ner": "BertVariantForTokenClassification", "squad": "BertVariantForQuestionAnswering",
-                   "squad_v2": "BertVariantForQuestionAnswering"} | {
+                   "squad_v2": "BertVariantForQuestionAnswering", "embed": "BertVariantModel"} | {
     task: "BertVariantForSequenceClassification" for task in CLASSIFICATION_TASKS}
 # The Auto class each exported class answers to.
 AUTO_CLASSES = {"BertVariantModel": "AutoModel", "BertVariantForMaskedLM": "AutoModelForMaskedLM",
@@ -63,6 +68,9 @@ AUTO_NAMES = {"BertForMaskedLM": "AutoModelForMaskedLM", "BertForPreTraining": "
               "BertModel": "AutoModel", "BertForSequenceClassification": "AutoModelForSequenceClassification",
               "BertForTokenClassification": "AutoModelForTokenClassification",
               "BertForQuestionAnswering": "AutoModelForQuestionAnswering"} | AUTO_CLASSES
+
+
+TAGS = {"mlm": "tags: [bert, fill-mask]", "embed": "tags: [bert, sentence-transformers, sentence-similarity]"}
 
 
 def is_native(checkpoint: dict) -> bool:
@@ -93,7 +101,7 @@ def exported_weights(checkpoint: dict) -> dict:
                if not name.startswith(GENERATOR) and name != "head.token_embedding.weight"}
     if not is_native(checkpoint):
         return {name: tensor.contiguous() for name, tensor in weights.items()}
-    if checkpoint["task"] == "encoder":
+    if checkpoint["task"] in ("encoder", "embed"):
         weights = {name: tensor for name, tensor in weights.items() if name.startswith(("encoder.", "pooler."))}
     theirs = to_hf(weights)
     if checkpoint["task"] == "electra":
@@ -234,6 +242,24 @@ def check_names_unique(sources: list[str]):
         raise RuntimeError(f"bert_variant_layers.py would define {', '.join(repeated)} twice")
 
 
+def sentence_transformers_files(checkpoint: dict) -> dict[str, str]:
+    """What makes an embedding model's directory one that sentence_transformers.SentenceTransformer
+    loads as it is: the modules and the pooling the model was trained with."""
+    saved = checkpoint["model_config"]
+    modules = [{"idx": number, "name": str(number), "path": path, "type": f"sentence_transformers.models.{kind}"}
+               for number, (path, kind) in enumerate(SENTENCE_TRANSFORMERS_MODULES)]
+    pooling = {"word_embedding_dimension": saved["d_model"], "pooling_mode_cls_token": saved["pooling"] == "cls",
+               "pooling_mode_mean_tokens": saved["pooling"] == "mean", "pooling_mode_max_tokens": False,
+               "pooling_mode_mean_sqrt_len_tokens": False}
+    settings = {"max_seq_length": saved["max_len"], "do_lower_case": False}
+    if is_native(checkpoint):  # BertModel without the pooler it would otherwise make up (and warn about)
+        settings["model_args"] = {"add_pooling_layer": False}
+    as_json = lambda value: json.dumps(value, indent=2) + "\n"  # noqa: E731
+    return {"modules.json": as_json(modules), "1_Pooling/config.json": as_json(pooling),
+            "sentence_bert_config.json": as_json(settings),
+            "config_sentence_transformers.json": as_json({"similarity_fn_name": "cosine"})}
+
+
 # ----------------------------------------------------------------------------------------- tokenizer, card
 
 def tokenizer_files(vocab: Vocab, max_len: int) -> dict[str, str]:
@@ -248,8 +274,7 @@ def tokenizer_files(vocab: Vocab, max_len: int) -> dict[str, str]:
 def not_an_export(directory: Path) -> str | None:
     """Why a directory is not an earlier export, which --force may replace, or None: what it holds
     beside an export's files, or a README.md that is not our model card."""
-    foreign = sorted(entry.name for entry in directory.iterdir()
-                     if entry.name not in EXPORT_FILES or entry.is_symlink() or not entry.is_file())
+    foreign = sorted(entry.name for entry in directory.iterdir() if not is_exported(entry))
     if foreign:
         return f"holds {foreign[0]}, which no export writes"
     card = directory / "README.md"
@@ -260,12 +285,24 @@ def not_an_export(directory: Path) -> str | None:
     return None if CARD_MARK.encode() in opening else "has a README.md that is not an export's model card"
 
 
+def is_exported(entry: Path) -> bool:
+    """A file an export writes, or one of its folders holding nothing else."""
+    if entry.is_symlink():
+        return False
+    if entry.is_dir():
+        return entry.name in EXPORT_FOLDERS and all(
+            inner.name in EXPORT_FOLDERS[entry.name] and inner.is_file() and not inner.is_symlink()
+            for inner in entry.iterdir())
+    return entry.name in EXPORT_FILES and entry.is_file()
+
+
 def model_card(checkpoint: dict, checkpoint_path: Path) -> str:
     """README.md: the architecture, the training behind the weights, and how to load them."""
     saved, task, name = checkpoint["model_config"], checkpoint["task"], architecture(checkpoint)
     remote = "" if is_native(checkpoint) else ", trust_remote_code=True"
+    unpooled = ", add_pooling_layer=False" if task == "embed" and is_native(checkpoint) else ""
     auto = AUTO_NAMES.get(name, "AutoModel")
-    lines = ["---", "library_name: transformers", "tags: [bert, fill-mask]" if task == "mlm" else "tags: [bert]", "---",
+    lines = ["---", "library_name: transformers", TAGS.get(task, "tags: [bert]"), "---",
              f"# {name}", "", f"{CARD_MARK} from `{checkpoint_path.name}`.", "", "## Architecture", "",
              f"{saved['n_layer']} layers, width {saved['d_model']}, {saved['heads']} heads, feed-forward "
              f"{saved['d_ff']} ({saved.get('feed_forward', 'gelu')}), norm {saved.get('norm', 'postln')}, "
@@ -279,7 +316,12 @@ def model_card(checkpoint: dict, checkpoint_path: Path) -> str:
         lines += ["", f"Best validation score on {task}: {checkpoint['best']:.4f}."]
     lines += ["", "## Load", "", "```python", f"from transformers import AutoTokenizer, {auto}",
               "tokenizer = AutoTokenizer.from_pretrained(DIRECTORY)",
-              f"model = {auto}.from_pretrained(DIRECTORY{remote})", "```", ""]
+              f"model = {auto}.from_pretrained(DIRECTORY{remote}{unpooled})", "```", ""]
+    if task == "embed":
+        lines += [f"Sentence embeddings ({saved['pooling']} pooling, length 1: compare them by cosine):", "",
+                  "```python", "from sentence_transformers import SentenceTransformer",
+                  f"model = SentenceTransformer(DIRECTORY{remote})",
+                  "embeddings = model.encode([\"a sentence\", \"another\"])", "```", ""]
     return "\n".join(lines)
 
 

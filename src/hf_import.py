@@ -1,6 +1,8 @@
 """Import: a Hugging Face directory (a transformers BERT, an ELECTRA discriminator, or what
 hf_export.py wrote) as a checkpoint of ours, its architecture and task read from config.json and its
 weights (scripts/import_hf.py is the command line). The counterpart of hf_export.py."""
+import dataclasses
+import json
 import warnings
 from pathlib import Path
 
@@ -13,9 +15,9 @@ from errors import UserError
 from hardware import check_fits_memory
 from hf_export import VARIANT_FIELDS
 from hf_weights import from_hf
-from model import (BertForCausalLM, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification,
-                   ModelConfig, parameter_count)
-from vocab import Vocab, load_tokenizer_json, load_vocab, read_json_object
+from model import (BertForCausalLM, BertForEmbedding, BertForMaskedLM, BertForPreTraining, BertForQuestionAnswering,
+                   BertForSequenceClassification, BertForTokenClassification, ModelConfig, parameter_count)
+from vocab import Vocab, load_tokenizer_json, load_vocab, read_json_object, read_small_text
 
 # What each model type must have to be ours: transformers' BERT, ELECTRA's discriminator (the same
 # encoder), and the directories export_hf.py writes for the other architectures.
@@ -23,8 +25,17 @@ NATIVE_CHECKS = {"hidden_act": "gelu", "position_embedding_type": "absolute"}
 MODEL_TYPES = ("bert", "electra", "bert-variant")
 # export_hf.py's classes for the other architectures, and the task each holds.
 VARIANT_TASKS = {"BertVariantForMaskedLM": "mlm", "BertVariantForPreTraining": "mlm", "BertVariantForCausalLM": "clm",
-                 "BertVariantForSequenceClassification": "classify", "BertVariantModel": "encoder"}
-MODEL_CLASSES = {"mlm": BertForMaskedLM, "clm": BertForCausalLM, "encoder": BertForSequenceClassification}
+                 "BertVariantForSequenceClassification": "classify", "BertVariantModel": "encoder",
+                 "BertVariantForTokenClassification": "ner", "BertVariantForQuestionAnswering": "squad"}
+MODEL_CLASSES = {"mlm": BertForMaskedLM, "clm": BertForCausalLM, "encoder": BertForSequenceClassification,
+                 "embed": BertForEmbedding, "ner": BertForTokenClassification, "squad": BertForQuestionAnswering,
+                 "squad_v2": BertForQuestionAnswering}
+# The sentence-transformers modules an embedding model of ours holds (hf_export's), by their class's name.
+EMBEDDING_MODULES = ("Transformer", "Pooling", "Normalize")
+# The Pooling module's flag for each of its modes, in its config.json (a newer one may write pooling_mode).
+POOLING_FLAGS = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens",
+                 "max": "pooling_mode_max_tokens", "mean_sqrt_len": "pooling_mode_mean_sqrt_len_tokens",
+                 "weightedmean": "pooling_mode_weightedmean_tokens", "lasttoken": "pooling_mode_lasttoken"}
 # config.json's key for each ModelConfig field of the shape: transformers' names, or (an export of
 # ours) ModelConfig's own.
 NATIVE_SHAPE = {"vocab_size": "vocab_size", "max_len": "max_position_embeddings", "d_model": "hidden_size",
@@ -101,7 +112,8 @@ def read_weights(directory: Path) -> dict[str, torch.Tensor]:
 def architecture_of(path: Path, config: dict, vocab: Vocab, task: str, weights: dict) -> ModelConfig:
     """The ModelConfig config.json describes; a value ModelConfig refuses is one line naming the file."""
     shape = {field: config[key] for field, key in shape_keys(config).items() if key in config}
-    common = {"pad_id": vocab.pad_id, "causal": task == "clm", "num_labels": len(config.get("id2label", {})) or 2}
+    common = {"pad_id": vocab.pad_id, "causal": task == "clm", "num_labels": len(config.get("id2label", {})) or 2,
+              "label_names": label_names(config) if task == "ner" else ()}
     if config["model_type"] == "bert-variant":
         settings = {name: config[name] for name in VARIANT_FIELDS if name in config}
     else:
@@ -112,6 +124,42 @@ def architecture_of(path: Path, config: dict, vocab: Vocab, task: str, weights: 
         return ModelConfig(**settings | shape | common)
     except (TypeError, ValueError) as error:
         raise UserError(f"{path}: {error}") from None
+
+
+def embedding_settings(directory: Path) -> dict | None:
+    """A sentence-transformers directory's pooling (cls or mean) and max_seq_length, as ModelConfig and
+    Config name them; None for a plain transformers directory (no modules.json)."""
+    path = directory / "modules.json"
+    if not path.is_file():
+        return None
+    try:
+        modules = json.loads(read_small_text(path, "the sentence-transformers modules"))
+        kinds = [module["type"].rsplit(".", 1)[-1] for module in modules]
+        pooling_folder = next(module["path"] for module in modules if module["type"].endswith("Pooling"))
+    except (ValueError, TypeError, KeyError, AttributeError, StopIteration):
+        raise UserError(f"{path}: expected a list of modules with type and path, a Pooling among them") from None
+    extra = [kind for kind in kinds if kind not in EMBEDDING_MODULES]
+    if extra:
+        raise UserError(f"{path}: a {extra[0]} module, which this program's embeddings do not have (they are "
+                        f"{', '.join(EMBEDDING_MODULES)})")
+    pooling_file = directory / pooling_folder / "config.json"
+    pooling = read_json_object(pooling_file, "the pooling settings")
+    modes = [pooling["pooling_mode"]] if isinstance(pooling.get("pooling_mode"), str) else [
+        mode for mode, flag in POOLING_FLAGS.items() if pooling.get(flag)]
+    if modes not in (["cls"], ["mean"]):
+        raise UserError(f"{pooling_file}: pooling {' + '.join(modes) or 'none'}; this program pools cls or mean")
+    settings = read_json_object(directory / "sentence_bert_config.json", "the sentence-transformers settings") \
+        if (directory / "sentence_bert_config.json").is_file() else {}
+    return {"pooling": modes[0], "seq_len": settings.get("max_seq_length")}
+
+
+def label_names(config: dict) -> tuple[str, ...]:
+    """id2label's names in the ids' order: a token classifier's tags."""
+    labels = config.get("id2label", {})
+    try:
+        return tuple(str(labels[key]) for key in sorted(labels, key=int))
+    except ValueError:
+        raise UserError(f"id2label's keys are {sorted(labels)[:3]}; expected the label ids 0, 1, ...") from None
 
 
 def check_size(path: Path, config: dict, architecture: ModelConfig, memory_limit: float | None):
@@ -130,6 +178,10 @@ def task_of(config: dict, weights: dict) -> str:
         task = "encoder"
     elif config["model_type"] == "bert-variant":
         task = VARIANT_TASKS.get((config.get("architectures") or ["BertVariantModel"])[0], "encoder")
+    elif "qa_outputs.weight" in weights:
+        task = "squad"
+    elif (config.get("architectures") or [""])[0] == "BertForTokenClassification":
+        task = "ner"
     elif "classifier.weight" in weights:
         task = "classify"
     elif "head.bias" in weights:
@@ -138,6 +190,8 @@ def task_of(config: dict, weights: dict) -> str:
         task = "encoder"
     if task == "classify":
         return config["finetuning_task"] if config.get("finetuning_task") in CLASSIFICATION_TASKS else "sst2"
+    if task == "squad" and config.get("finetuning_task") == "squad_v2":
+        return "squad_v2"
     return task
 
 
@@ -184,7 +238,12 @@ def convert(directory: Path, output: Path, memory_limit: float | None = None) ->
     check_size(config_file, config, architecture_of(config_file, config, vocab, "encoder", {}), memory_limit)
     weights, unused = our_weights(config, read_weights(directory))
     task = task_of(config, weights)
+    embedding = embedding_settings(directory) if task == "encoder" else None
     architecture = architecture_of(config_file, config, vocab, task, weights)
+    seq_len = architecture.max_len
+    if embedding is not None:  # a sentence-transformers model: its pooling, and the length it cuts texts to
+        task, architecture = "embed", dataclasses.replace(architecture, pooling=embedding["pooling"])
+        seq_len = min(embedding["seq_len"] or seq_len, seq_len)
     with torch.device("meta"):  # names and shapes only: the weights are the file's
         model = model_class(task, architecture)(architecture)
     check_shapes(directory, weights, model)
@@ -193,7 +252,7 @@ def convert(directory: Path, output: Path, memory_limit: float | None = None) ->
     if any(name.startswith("encoder.") for name in missing + unexpected):
         raise UserError(f"{directory}: weights do not fit a BERT: missing {missing[:3]}, unexpected {unexpected[:3]}")
     kept = {name: tensor for name, tensor in weights.items() if name not in unexpected}  # ELECTRA's detector
-    settings = Config(task_type="mlm" if task == "encoder" else task, seq_len=architecture.max_len,
+    settings = Config(task_type="mlm" if task == "encoder" else task, seq_len=seq_len,
                       d_model=architecture.d_model, heads=architecture.heads,
                       n_layer=architecture.n_layer, d_ff=architecture.d_ff,
                       num_labels=architecture.num_labels, dropout=architecture.dropout,

@@ -38,7 +38,7 @@ TASKS = {"mlm": ("mlm_task", "MaskedLMTask"), "clm": ("clm_task", "CausalLMTask"
          "electra": ("electra_task", "ElectraTask")} | dict.fromkeys(
     CLASSIFICATION_TASKS, ("classification_task", "ClassificationTask")) | {
     "ner": ("token_task", "TokenClassificationTask")} | dict.fromkeys(
-    QUESTION_ANSWERING_TASKS, ("squad_task", "QuestionAnsweringTask"))
+    QUESTION_ANSWERING_TASKS, ("squad_task", "QuestionAnsweringTask")) | {"embed": ("embed_task", "EmbeddingTask")}
 
 
 def parse_args(argv):

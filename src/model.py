@@ -4,7 +4,8 @@ BERT as published is the default: learned positions, post-LayerNorm layers, GELU
 ModelConfig switches each part: norm (preln, rmsnorm), position (rope, sinusoidal), feed_forward (geglu),
 causal attention (for causal LM). Then the models: BertForMaskedLM, BertForPreTraining (MLM +
 a next-sentence or sentence-order head), BertForCausalLM, ElectraForPreTraining (replaced-token
-detection), BertForSequenceClassification.
+detection), BertForSequenceClassification, BertForEmbedding (sentence embeddings),
+BertForTokenClassification and BertForQuestionAnswering.
 model_config() builds a ModelConfig from the run's Config in one step; flops_per_token and
 parameter_count measure a model from its shape (MFU; hardware.py's memory check).
 """
@@ -447,7 +448,7 @@ class BertForSequenceClassification(nn.Module):
 
     def forward(self, input_ids, labels=None, attention_mask=None, segment_ids=None):
         hidden = self.encoder(input_ids, attention_mask, segment_ids)
-        pooled = torch.tanh(self.pooler(self.summary(hidden, attention_mask)))
+        pooled = torch.tanh(self.pooler(pool(hidden, attention_mask, self.config.pooling)))
         logits = self.classifier(self.dropout(pooled))
         return logits, None if labels is None else self.loss(logits, labels)
 
@@ -457,14 +458,31 @@ class BertForSequenceClassification(nn.Module):
             return F.mse_loss(logits[:, 0].float(), labels.float())
         return F.cross_entropy(logits.float(), labels)
 
-    def summary(self, hidden, attention_mask):
-        """One vector per sentence: [CLS]'s state, or the mean over real tokens."""
-        if self.config.pooling == "cls":
-            return hidden[:, 0]
-        if attention_mask is None:
-            return hidden.mean(1)
-        real = attention_mask.unsqueeze(-1).to(hidden.dtype)
-        return (hidden * real).sum(1) / real.sum(1)
+
+def pool(hidden, attention_mask, pooling: str):
+    """One vector per sentence: [CLS]'s state (cls), or the mean over real tokens (mean)."""
+    if pooling == "cls":
+        return hidden[:, 0]
+    if attention_mask is None:
+        return hidden.mean(1)
+    real = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * real).sum(1) / real.sum(1)
+
+
+class BertForEmbedding(nn.Module):
+    """Sentence embeddings (task-type = embed): the encoder's states pooled ([CLS] or the mean of the
+    real tokens) and scaled to length 1, so that a dot product is the cosine similarity. No weights
+    beside the encoder's: sentence-transformers' Transformer, Pooling and Normalize modules."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.encoder = Encoder(config)
+        self.apply(init_weights)
+
+    def forward(self, input_ids, attention_mask=None, segment_ids=None):
+        hidden = self.encoder(input_ids, attention_mask, segment_ids)
+        return F.normalize(pool(hidden, attention_mask, self.config.pooling).float(), dim=-1)
 
 
 class BertForTokenClassification(nn.Module):

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 import squad_data
-from batching import gather_padded
+from batching import gather_padded, padded_width
+from distributed import every_rank
 from errors import UserError
 from hardware import to_device
 from model import BertForQuestionAnswering, ModelConfig, model_config
@@ -37,10 +38,14 @@ class QuestionSplit:
     def __len__(self) -> int:
         return len(self.windows)
 
-    def batch(self, rows: np.ndarray, pad_id: int) -> dict:
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.windows.lengths
+
+    def batch(self, rows: np.ndarray, pad_id: int, seq_len: int) -> dict:
         """Windows `rows`, padded to the longest (a multiple of 8)."""
         windows = self.windows
-        width = -(-int(windows.lengths[rows].max()) // 8) * 8
+        width = padded_width(windows.lengths[rows], seq_len)
         input_ids, real = gather_padded(windows.tokens, windows.starts, rows, width, pad_id)
         segment_ids, _ = gather_padded(windows.segments, windows.starts, rows, width, 0)
         return {"input_ids": input_ids, "attention_mask": real, "segment_ids": segment_ids,
@@ -153,11 +158,9 @@ class QuestionAnsweringTask(WindowTask):
             loss_sum, windows = loss_sum + loss.double().item() * len(start), windows + len(start)
             logits |= window_logits(batch, start, end)
         model.train()
-        if torch.distributed.is_initialized():
-            gathered = [None] * torch.distributed.get_world_size()
-            torch.distributed.all_gather_object(gathered, (loss_sum, windows, logits))
-            loss_sum, windows = sum(each[0] for each in gathered), sum(each[1] for each in gathered)
-            logits = {window: value for each in gathered for window, value in each[2].items()}
+        gathered = every_rank((loss_sum, windows, logits))
+        loss_sum, windows = sum(each[0] for each in gathered), sum(each[1] for each in gathered)
+        logits = {window: value for each in gathered for window, value in each[2].items()}
         if not logits:
             raise UserError("the evaluation split has no batch: it holds fewer questions than batch-size")
         data = self.data(split)
@@ -182,7 +185,7 @@ class QuestionAnsweringTask(WindowTask):
         """A few validation questions with the predicted answer and the gold ones."""
         data = self.data("val")
         first = np.nonzero(data.windows.questions < 4)[0]
-        batch = to_device(data.batch(first, self.vocab.pad_id), self.device, False)
+        batch = to_device(data.batch(first, self.vocab.pad_id, self.config.seq_len), self.device, False)
         model.eval()
         with torch.no_grad(), autocast:
             start, end, _ = self.outputs(model, batch, labelled=False)
@@ -214,7 +217,7 @@ def answer_questions(model, vocab, questions: list[str], contexts: list[str], se
                                                             settings["max-query-length"]))
     logits = {}
     for start in range(0, len(split), batch_size):
-        batch = split.batch(np.arange(start, min(start + batch_size, len(split))), vocab.pad_id)
+        batch = split.batch(np.arange(start, min(start + batch_size, len(split))), vocab.pad_id, settings["seq-len"])
         starts, ends, _ = model(*(torch.from_numpy(batch[name]) for name in ("input_ids", "attention_mask",
                                                                              "segment_ids")))
         logits |= window_logits(batch, starts, ends)

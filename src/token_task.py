@@ -10,7 +10,8 @@ import numpy as np
 import torch
 
 import token_data
-from batching import gather_padded
+from batching import gather_padded, padded_width
+from distributed import every_rank
 from entity_metrics import entity_scores
 from errors import UserError
 from hardware import to_device
@@ -32,10 +33,14 @@ class TaggedSplit:
     def __len__(self) -> int:
         return len(self.windows)
 
-    def batch(self, rows: np.ndarray, pad_id: int) -> dict:
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.windows.lengths
+
+    def batch(self, rows: np.ndarray, pad_id: int, seq_len: int) -> dict:
         """Windows `rows`, padded to the longest (a multiple of 8: few shapes, aligned matmuls)."""
         windows = self.windows
-        width = -(-int(windows.lengths[rows].max()) // 8) * 8
+        width = padded_width(windows.lengths[rows], seq_len)
         input_ids, real = gather_padded(windows.tokens, windows.offsets, rows, width, pad_id)
         labels, _ = gather_padded(windows.labels, windows.offsets, rows, width, IGNORE_INDEX)
         words, _ = gather_padded(windows.scored_words, windows.offsets, rows, width, -1)
@@ -100,11 +105,9 @@ class TokenClassificationTask(WindowTask):
             loss_sum, pieces = loss_sum + loss.double().item() * labelled, pieces + labelled
             scored.append(scored_predictions(logits, batch))
         model.train()
-        if torch.distributed.is_initialized():
-            gathered = [None] * torch.distributed.get_world_size()
-            torch.distributed.all_gather_object(gathered, (loss_sum, pieces, scored))
-            loss_sum, pieces = sum(each[0] for each in gathered), sum(each[1] for each in gathered)
-            scored = [item for each in gathered for item in each[2]]
+        gathered = every_rank((loss_sum, pieces, scored))
+        loss_sum, pieces = sum(each[0] for each in gathered), sum(each[1] for each in gathered)
+        scored = [item for each in gathered for item in each[2]]
         if not scored:
             raise UserError("the evaluation split has no batch: it holds fewer sentences than batch-size")
         _, true, predicted = self.tagged(self.data(split).sentences, scored)
@@ -120,7 +123,8 @@ class TokenClassificationTask(WindowTask):
     def show_predictions(self, model, autocast) -> str:
         """A few validation sentences with each entity predicted and true."""
         data = self.data("val")
-        batch = to_device(data.batch(np.arange(min(4, len(data))), self.vocab.pad_id), self.device, False)
+        rows = np.arange(min(4, len(data)))
+        batch = to_device(data.batch(rows, self.vocab.pad_id, self.config.seq_len), self.device, False)
         model.eval()
         with torch.no_grad(), autocast:
             logits, _ = self.outputs(model, {**batch, "labels": None})
@@ -168,7 +172,7 @@ def tag_sentences(model, vocab, words: list[list[str]], seq_len: int, batch_size
     for start in range(0, len(split), batch_size):
         batch = {name: torch.from_numpy(value) if isinstance(value, np.ndarray) else value
                  for name, value in split.batch(np.arange(start, min(start + batch_size, len(split))),
-                                                vocab.pad_id).items()}
+                                                vocab.pad_id, seq_len).items()}
         logits, _ = model(batch["input_ids"], attention_mask=batch["attention_mask"])
         scored.append(scored_predictions(logits, batch))
     predicted = predicted_tags(words, scored, names, every=True)

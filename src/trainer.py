@@ -250,11 +250,8 @@ class Trainer:
     def save(self, run: Run, kind: str):
         """best.pt, or checkpoint.pt with the older ones rotated; rank 0 writes, with every
         rank's random states and training sums since the last log line, and the others wait until it has."""
-        per_rank = [(checkpoints.random_states(run.mask_generator), run.meter.since_log() if run.meter else None)]
-        if torch.distributed.is_initialized():
-            gathered = [None] * self.world_size
-            torch.distributed.all_gather_object(gathered, per_rank[0])
-            per_rank = gathered
+        per_rank = distributed.every_rank((checkpoints.random_states(run.mask_generator),
+                                           run.meter.since_log() if run.meter else None))
         rng_per_rank = [rng for rng, _ in per_rank]
         if self.rank == 0:
             directory = run.checkpoints

@@ -1,6 +1,7 @@
 """What the fine-tuning tasks that read their examples as windows of word pieces share (ner,
 squad): each split read once, training batches in the seeded (or length-grouped) order, and
-evaluation batches that hold every window once, each tagged with its split."""
+evaluation batches that hold every window once, each tagged with its split. embed shares the
+training side and batches its evaluation texts itself."""
 import itertools
 
 import numpy as np
@@ -12,7 +13,7 @@ from hardware import to_device
 
 
 class WindowTask:
-    """A subclass reads a split (read_split) into an object with len(), .windows.lengths and
+    """A subclass reads a split (read_split) into an object with len(), .lengths and
     batch(rows, pad_id)."""
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
@@ -46,10 +47,10 @@ class WindowTask:
         data = self.data("train")
         order = self.order
         if self.config.length_grouping:
-            order = LengthGroupedBatchOrder(data.windows.lengths, order.batch_size, order.seed, order.rank,
+            order = LengthGroupedBatchOrder(data.lengths, order.batch_size, order.seed, order.rank,
                                             order.world_size)
         return order.batches(position, lambda epoch: len(data),
-                             lambda epoch, rows: data.batch(rows, self.vocab.pad_id))
+                             lambda epoch, rows: data.batch(rows, self.vocab.pad_id, self.config.seq_len))
 
     def eval_batches(self, split: str, count: int | None):
         """Every window of the split once (each rank every world-size-th), in order; the test split's
@@ -57,6 +58,6 @@ class WindowTask:
         data = self.data(split)
         rows = np.arange(len(data))[self.order.rank::self.order.world_size]
         size = self.order.batch_size
-        batches = (to_device(data.batch(rows[start:start + size], self.vocab.pad_id), self.device, False)
-                   | {"split": split} for start in range(0, len(rows), size))
+        batches = (to_device(data.batch(rows[start:start + size], self.vocab.pad_id, self.config.seq_len),
+                             self.device, False) | {"split": split} for start in range(0, len(rows), size))
         return batches if count is None or split == "val" else itertools.islice(batches, count)

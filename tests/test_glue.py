@@ -349,3 +349,28 @@ def test_bad_input_is_one_line(checkpoint, glue_dir, tmp_path, capsys, options, 
     error = capsys.readouterr().err.strip()
     assert error.startswith("error: ") and message in error and "\n" not in error
     assert not (tmp_path / "out").exists()
+
+
+def test_named_entities_squad_and_embeddings_join_the_table(checkpoint, imdb_corpus, tmp_path):
+    """The report card: each task's scores over seeds beside GLUE's, from the demo makers' data."""
+    import make_embed_demo
+    import make_ner_demo
+    import make_qa_demo
+    data = tmp_path / "data"
+    make_ner_demo.make_ner_demo(imdb_corpus, data / "ner", limit=300)
+    make_qa_demo.make_qa_demo(imdb_corpus, data, limit=300)
+    make_embed_demo.make_embed_demo(imdb_corpus, data / "embed", limit=300)
+    recipe = tmp_path / "recipe.ini"
+    recipe.write_text(RECIPE + "\n[ner]\ndataset-percentage = 0.1\n[squad]\ndataset-percentage = 0.2\n"
+                      "[embed]\ndataset-percentage = 0.1\nval-dataset-percentage = 0.2\n", encoding="utf-8")
+    load_runner().main(["--cp", str(checkpoint), "--glue-dir", str(data), "--tasks", "embed", "squad", "ner",
+                        "--recipe", str(recipe), "--seeds", "1", "-o", str(tmp_path / "out")])
+    table = (tmp_path / "out" / "results.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "median" not in line]
+    assert [row.split(" | ")[:2] for row in rows] == [
+        ["| ner", "f1"], ["| ner", "precision"], ["| ner", "recall"], ["| squad", "exact"], ["| squad", "f1"],
+        ["| embed", "spearman"], ["| embed", "ndcg@10"], ["| embed", "recall@10"]]
+    report = json.loads((tmp_path / "out" / "results.json").read_text())
+    squad = next(run["metrics"] for run in report["runs"] if run["task"] == "squad")
+    assert report["medians"]["squad"]["f1"] == pytest.approx(squad["f1"] / 100)  # the table's fractions
+    assert report["leaderboard_average"] is None and not (tmp_path / "out" / "submission").exists()

@@ -387,6 +387,12 @@ def test_force_replaces_an_earlier_export_and_nothing_else(trained, tmp_path, ca
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == ["BertLMHeadModel"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]  # no temporary directory left
 
+    (tmp_path / "hf" / "1_Pooling").mkdir()  # an embedding export's folder: with anything else in it, not ours
+    (tmp_path / "hf" / "1_Pooling" / "weights.bin").write_bytes(b"mine")
+    line = one_error_line(capsys, lambda: export_hf.main(["--cp", str(path), "-o", str(tmp_path / "hf"), "--force"]))
+    assert line.startswith(f"error: {tmp_path / 'hf'}: holds 1_Pooling, which no export writes")
+    shutil.rmtree(tmp_path / "hf" / "1_Pooling")
+
     (tmp_path / "hf" / "README.md").write_text("# a model downloaded with an export's file names\n")
     before = listing(tmp_path / "hf")
     line = one_error_line(capsys, lambda: export_hf.main(["--cp", str(path), "-o", str(tmp_path / "hf"), "--force"]))

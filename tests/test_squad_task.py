@@ -13,6 +13,7 @@ import torch
 
 import checkpoints
 import export_hf
+import import_hf
 import main
 import make_qa_demo
 import qa
@@ -223,3 +224,6 @@ def test_the_export_answers_as_ours_in_transformers_pipeline(squad_base, tmp_pat
         output = loaded(**inputs)
     torch.testing.assert_close(output.start_logits, start, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(output.end_logits, end, rtol=1e-4, atol=1e-4)
+    import_hf.main(["-i", str(tmp_path / "hf"), "-o", str(tmp_path / "back.pt")])
+    back = checkpoints.load(tmp_path / "back.pt")
+    assert back["task"] == "squad" and back["model"].keys() == model.state_dict().keys()

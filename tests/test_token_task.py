@@ -13,6 +13,7 @@ import torch
 
 import checkpoints
 import export_hf
+import import_hf
 import main
 import make_ner_demo
 import ner
@@ -220,3 +221,8 @@ def test_the_export_tags_as_ours_in_transformers_pipeline(ner_base, tmp_path, mo
         expected, _ = model(inputs["input_ids"])
         torch.testing.assert_close(loaded(**inputs).logits, expected, rtol=1e-4, atol=1e-4)
     assert np.array_equal(np.array(list(loaded.config.id2label.values())), np.array(model.config.label_names))
+    import_hf.main(["-i", str(tmp_path / "hf"), "-o", str(tmp_path / "back.pt")])
+    back = checkpoints.load(tmp_path / "back.pt")
+    assert back["task"] == "ner" and tuple(back["model_config"]["label_names"]) == model.config.label_names
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(back["model"][name], tensor, rtol=0, atol=0, msg=name)

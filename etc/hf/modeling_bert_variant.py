@@ -156,7 +156,6 @@ class BertVariantForSequenceClassification(BertVariantPreTrainedModel):
         self.adopt(BertForSequenceClassification(model_config(config)))
         self.post_init()
 
-    summary = BertForSequenceClassification.summary
     loss = BertForSequenceClassification.loss
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, **kwargs):

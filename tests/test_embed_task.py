@@ -1,0 +1,273 @@
+"""Sentence embeddings (task-type = embed): the retrieval scores and the contrastive loss against
+references, the data layouts and their one-line errors, learning, exact resume, two processes,
+scripts/embed.py, and the directories sentence-transformers reads both ways (our export, and
+all-MiniLM-L6-v2 as published)."""
+import contextlib
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+import torch.nn.functional as F
+
+import checkpoints
+import embed
+import embed_data
+import export_hf
+import import_hf
+import main
+import make_embed_demo
+import retrieval_metrics
+from conftest import one_error_line, write_mlm_config
+from embed_task import contrastive_loss, embed_texts
+from errors import UserError
+from model import BertForEmbedding
+from retrieval_metrics import best_documents, retrieval_scores
+from test_distributed import run_main
+from test_vocab import published_uncased_model
+
+EMBED = {"task_type": "embed", "seq_len": 64, "batch_size": 16, "learning_rate": 1e-3, "warmup_iters": 5,
+         "pooling": "mean", "length_grouping": False, "dataset_pattern": "", "val_dataset_pattern": "",
+         "test_dataset_pattern": ""}
+
+
+# ----------------------------------------------------------------------------- scores and loss
+
+def test_retrieval_scores_as_pytrec_eval_defines_them():
+    ranked = np.array([[2, 0, 1], [1, 2, 0], [0, 1, 2]])
+    relevant = [{0: 1.0}, {0: 2.0, 2: 1.0}, {2: 1.0}]
+    scores = retrieval_scores(ranked, relevant)
+    assert scores["recall@1"] == pytest.approx((0 + 0 + 0) / 3)
+    assert scores["recall@10"] == pytest.approx(1.0)  # every relevant document within 10
+    assert scores["mrr@10"] == pytest.approx((1 / 2 + 1 / 2 + 1 / 3) / 3)
+    # query 2: gains 0, 1, 2 at ranks 1-3 against the ideal 2, 1
+    second = (1 / math.log2(3) + 2 / math.log2(4)) / (2 + 1 / math.log2(3))
+    assert scores["ndcg@10"] == pytest.approx((1 / math.log2(3) + second + 1 / math.log2(4)) / 3)
+
+
+def test_the_best_documents_come_best_first_ties_in_document_order_in_any_chunking(monkeypatch):
+    rng = np.random.default_rng(0)
+    queries, documents = rng.normal(size=(7, 4)), rng.normal(size=(30, 4))
+    documents[5] = documents[3]  # a tie: document 3 before 5
+    full = best_documents(queries, documents)
+    scores = queries @ documents.T
+    assert (np.diff(np.take_along_axis(scores, full, 1), axis=1) <= 0).all()
+    assert np.array_equal(full[:, 0], scores.argmax(1))
+    tied = np.flatnonzero((full == 3) | (full == 5))
+    assert all(full.flat[a] == 3 for a in tied[::2])
+    monkeypatch.setattr(retrieval_metrics, "SCORES_AT_ONCE", 40)  # one query at a time
+    assert np.array_equal(best_documents(queries, documents), full)
+    assert best_documents(queries, documents[:4]).shape == (7, 4)  # fewer documents than the depth
+
+
+def test_the_contrastive_loss_is_infonce_over_positives_and_hard_negatives():
+    torch.manual_seed(0)
+    anchors, candidates = (F.normalize(torch.randn(count, 8), dim=-1) for count in (3, 6))
+    loss, right = contrastive_loss(anchors, candidates, 0.05)
+    expected = 0.0
+    for i in range(3):  # -log(exp(s_ii / t) / sum_j exp(s_ij / t)), the hard negatives among the j
+        similarities = [float(anchors[i] @ candidates[j]) / 0.05 for j in range(6)]
+        expected -= similarities[i] - math.log(sum(math.exp(s) for s in similarities))
+    assert float(loss) == pytest.approx(expected / 3, rel=1e-5)
+    assert int(right) == sum(int((anchors[i] @ candidates.T).argmax()) == i for i in range(3))
+
+
+# ----------------------------------------------------------------------------- data
+
+def write_jsonl(path: Path, rows: list):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows))
+
+
+def test_pairs_are_read_from_either_layout_with_or_without_negatives(tmp_path):
+    rows = [{"anchor": "a dull film", "positive": "a boring movie", "negative": "a great cast"},
+            {"anchor": "the plot", "positive": "the story", "negative": "the score"}]
+    write_jsonl(tmp_path / "jsonl" / "embed" / "train.jsonl", rows)
+    folder = tmp_path / "parquet"
+    folder.mkdir()
+    pq.write_table(pa.table({name: [row[name] for row in rows] for name in ("anchor", "positive")}),
+                   folder / "train-00000-of-00001.parquet")
+    from_jsonl, from_parquet = embed_data.read_pairs(tmp_path / "jsonl"), embed_data.read_pairs(folder)
+    assert from_jsonl.columns == [["a dull film", "the plot"], ["a boring movie", "the story"],
+                                  ["a great cast", "the score"]]
+    assert from_parquet.columns == from_jsonl.columns[:2] and from_parquet.negatives is None
+
+
+def test_bad_files_are_one_line_naming_file_and_line(tmp_path):
+    path = tmp_path / "train.jsonl"
+    cases = {"line 2: positive missing": [{"anchor": "a", "positive": "b"}, {"anchor": "c"}],
+             "line 1: anchor ' '; expected a non-empty text": [{"anchor": " ", "positive": "b"}],
+             "line 2: not JSON": [{"anchor": "a", "positive": "b"}, "{anchor"],
+             "line 1: a JSON list; expected an object": ["[1, 2]"],
+             "line 2: a negative, unlike the first row": [{"anchor": "a", "positive": "b"},
+                                                          {"anchor": "a", "positive": "b", "negative": "c"}],
+             "line 2: negative missing": [{"anchor": "a", "positive": "b", "negative": "c"},
+                                          {"anchor": "a", "positive": "b"}]}
+    for message, rows in cases.items():
+        write_jsonl(path, rows)
+        with pytest.raises(UserError, match=re.escape(f"{path}: {message}")):
+            embed_data.read_pairs(tmp_path)
+    path.unlink()
+    pq.write_table(pa.table({"anchor": ["a"]}), tmp_path / "train-00000-of-00001.parquet")
+    with pytest.raises(UserError, match="train-00000-of-00001.parquet: missing column positive"):
+        embed_data.read_pairs(tmp_path)
+
+
+def write_retrieval(folder: Path, qrels: str):
+    write_jsonl(folder / "retrieval" / "corpus.jsonl", [{"_id": "d1", "title": "Jaws", "text": "a shark film"},
+                                                        {"_id": 2, "text": "a western"}])
+    write_jsonl(folder / "retrieval" / "queries.jsonl", [{"_id": "q1", "text": "sharks"}, {"_id": "q2", "text": "x"}])
+    (folder / "retrieval" / "qrels").mkdir(parents=True, exist_ok=True)
+    (folder / "retrieval" / "qrels" / "dev.tsv").write_text(qrels)
+
+
+def test_retrieval_is_read_in_beirs_layout_and_its_errors_name_file_and_line(tmp_path):
+    write_retrieval(tmp_path, "query-id\tcorpus-id\tscore\nq1\td1\t2\nq1\t2\t0\nq2\t2\t0\n")
+    retrieval = embed_data.read_retrieval(tmp_path, "validation")
+    assert retrieval.queries == ["sharks"] and retrieval.relevant == [{0: 2.0}]  # q2 has nothing relevant
+    assert retrieval.documents == ["Jaws a shark film", "a western"]  # the title before the text
+    qrels = tmp_path / "retrieval" / "qrels" / "dev.tsv"
+    for text, message in (("q\tc\ts\n", "expected the header query-id, corpus-id, score"),
+                          ("query-id\tcorpus-id\tscore\nq1\td1\thigh\n", "line 2: expected query-id, corpus-id and a "
+                                                                         "numeric score"),
+                          ("query-id\tcorpus-id\tscore\nq1\td9\t1\n", "corpus-id d9 is not in"),
+                          ("query-id\tcorpus-id\tscore\nq7\td1\t1\n", "query-id q7 is not in")):
+        qrels.write_text(text)
+        with pytest.raises(UserError, match=re.escape(f"{qrels}: {message}")):
+            embed_data.read_retrieval(tmp_path, "validation")
+
+
+# ----------------------------------------------------------------------------- training
+
+@pytest.fixture(scope="module")
+def embed_base(imdb_corpus, vocab_dir, tmp_path_factory):
+    """vocab/ and datasets/embed made up from the demo reviews."""
+    base = tmp_path_factory.mktemp("embed_base")
+    shutil.copytree(vocab_dir, base / "vocab")
+    make_embed_demo.make_embed_demo(imdb_corpus, base / "datasets" / "embed", seed=123, limit=600)
+    return base
+
+
+def embed_workdir(base: Path, directory: Path, **settings) -> Path:
+    shutil.copytree(base, directory)
+    write_mlm_config(directory, **EMBED | settings)
+    return directory
+
+
+def test_the_model_learns_to_find_passages_tests_and_embeds_a_file(embed_base, tmp_path, monkeypatch,
+                                                                    keep_signal_handlers, capsys):
+    """From random weights, whose mean pooling already scores word overlap, 120 steps find far more
+    of the passages the test sentences were cut from, and score the made-up similarity better."""
+    monkeypatch.chdir(embed_workdir(embed_base, tmp_path / "work", max_iters=120, lr_decay_iters=120,
+                                    val_interval=120))
+    config = main.load_config(None, [])
+    task = main.make_task(config)
+    torch.manual_seed(config.seed)
+    untrained = task.evaluate(task.build_model(), task.eval_batches("test", None), contextlib.nullcontext())
+    run_dir = main.run(config, None, False)
+    best = run_dir / "checkpoints" / "best.pt"
+    assert checkpoints.load(best)["task"] == "embed"
+    main.main(["--cp", str(best), "--test"])
+    scores = json.loads(next(run_dir.glob("test_metrics_step*.json")).read_text())
+    assert {"test_loss", "test_pearson", "test_recall@1", "test_mrr@10", "test_ndcg@10"} <= scores.keys()
+    assert scores["test_recall@10"] > untrained["recall@10"] + 0.08  # about 0.15 -> 0.3 (59 queries)
+    assert scores["test_spearman"] > untrained["spearman"] + 0.03  # about 0.82 -> 0.9
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a dull horror film\n\nthe acting was great\nI loved the music\n")
+    capsys.readouterr()
+    embed.main(["--cp", str(best), "-i", str(texts), "-o", str(tmp_path / "texts.npy"), "--query", "great acting",
+                "-k", "2"])
+    vectors = np.load(tmp_path / "texts.npy")
+    assert vectors.shape == (3, 64) and np.allclose((vectors ** 2).sum(1), 1, atol=1e-5)  # blank lines skipped
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "query: great acting" and len(lines) == 3
+    model, vocab, _ = checkpoints.restore_model(best, {"embed": BertForEmbedding})
+    query = embed_texts(model, vocab, ["great acting"], 64)[0]
+    cosines = vectors @ query
+    shown = [line.strip().split("  ", 1) for line in lines[1:]]
+    rows = [["a dull horror film", "the acting was great", "I loved the music"].index(text) for _, text in shown]
+    assert rows == np.argsort(-cosines)[:2].tolist()
+    assert [float(cosine) for cosine, _ in shown] == pytest.approx(cosines[rows], abs=1e-4)
+
+
+def test_a_run_resumes_exactly_mid_epoch(embed_base, tmp_path, monkeypatch, keep_signal_handlers):
+    settings = {"lr_decay_iters": 8, "val_interval": 4, "val_dataset_percentage": 0.2}
+    monkeypatch.chdir(embed_workdir(embed_base, tmp_path / "straight", **settings))
+    main.main(["--max-iters", "8"])
+    straight = checkpoints.load(tmp_path / "straight" / "runs" / "run0" / "checkpoints" / "checkpoint.pt")
+    monkeypatch.chdir(embed_workdir(embed_base, tmp_path / "resumed", **settings))
+    main.main(["--max-iters", "4"])
+    main.main(["--max-iters", "8", "--cp", "runs/run0/checkpoints/checkpoint.pt"])
+    resumed = checkpoints.load(tmp_path / "resumed" / "runs" / "run0" / "checkpoints" / "checkpoint.pt")
+    assert resumed["step"] == straight["step"] == 8 and straight["data_position"]["epoch"] == 0
+    for name, tensor in straight["model"].items():
+        torch.testing.assert_close(resumed["model"][name], tensor, rtol=0, atol=1e-5, msg=name)
+
+
+def test_two_processes_share_their_negatives_and_embed_every_text_once(embed_base, tmp_path, monkeypatch,
+                                                                       keep_signal_handlers):
+    """Two processes of batch 8 train as one of batch 16 (dropout off): each anchor meets all 16 pairs'
+    candidates, through the gather; validation embeds each text once, in whichever process."""
+    settings = {"max_iters": 3, "val_interval": 3, "dropout": 0.0}
+    workdir = embed_workdir(embed_base, tmp_path / "ddp", batch_size=8, **settings)
+    result = run_main(workdir)
+    assert result.returncode == 0, result.stderr
+    log = (workdir / "runs" / "run0" / "logs" / "log.txt").read_text(encoding="utf-8")
+    pairs = len(pq.read_table(workdir / "datasets" / "embed" / "stsb" / "validation-00000-of-00001.parquet"))
+    queries = (workdir / "datasets" / "embed" / "retrieval" / "qrels" / "dev.tsv").read_text().count("\n") - 1
+    assert re.search(rf"val pairs {pairs}\b", log) and re.search(rf"val queries {queries}\b", log)
+    monkeypatch.chdir(embed_workdir(embed_base, tmp_path / "one", batch_size=16, **settings))
+    main.main([])
+    two, one = (checkpoints.load(path / "runs" / "run0" / "checkpoints" / "checkpoint.pt")
+                for path in (workdir, tmp_path / "one"))
+    for name, tensor in one["model"].items():
+        torch.testing.assert_close(two["model"][name], tensor, rtol=0, atol=2e-5, msg=name)
+
+
+def test_a_split_without_scored_pairs_or_retrieval_is_one_line(embed_base, tmp_path, monkeypatch, capsys):
+    workdir = embed_workdir(embed_base, tmp_path / "none")
+    shutil.rmtree(workdir / "datasets" / "embed" / "stsb")
+    (workdir / "datasets" / "embed" / "retrieval" / "qrels" / "dev.tsv").unlink()
+    monkeypatch.chdir(workdir)
+    message = one_error_line(capsys, lambda: main.main(["--max-iters", "2"]))
+    assert "no embed validation split: expected scored pairs in STS-B's layout" in message
+
+
+# ----------------------------------------------------------------------------- sentence-transformers
+
+@pytest.mark.parametrize("architecture", [["--norm", "postln", "--position", "learned"],
+                                          ["--norm", "preln", "--position", "rope", "--pooling", "cls"]])
+def test_the_export_is_a_sentence_transformers_model_giving_our_embeddings(embed_base, tmp_path, monkeypatch,
+                                                                           keep_signal_handlers, architecture):
+    import sentence_transformers
+    monkeypatch.chdir(embed_workdir(embed_base, tmp_path / "work", val_dataset_percentage=0.2))
+    run_dir = main.run(main.load_config(None, ["--max-iters", "4", "--val-interval", "4", *architecture]), None, False)
+    path = run_dir / "checkpoints" / "checkpoint.pt"
+    export_hf.main(["--cp", str(path), "-o", str(tmp_path / "hf")])
+    native = architecture[1] == "postln"
+    loaded = sentence_transformers.SentenceTransformer(str(tmp_path / "hf"), device="cpu", trust_remote_code=not native)
+    texts = ["A fine western from 1959.", "The acting was wooden and the plot made no sense at all."]
+    model, vocab, _ = checkpoints.restore_model(path, {"embed": BertForEmbedding})
+    np.testing.assert_allclose(loaded.encode(texts), embed_texts(model, vocab, texts, 64), atol=1e-5)
+    export_hf.main(["--cp", str(path), "-o", str(tmp_path / "hf"), "--force"])  # an export with its folders
+    import_hf.main(["-i", str(tmp_path / "hf"), "-o", str(tmp_path / "back.pt")])
+    back = checkpoints.load(tmp_path / "back.pt")
+    assert back["task"] == "embed" and back["model_config"]["pooling"] == ("mean" if native else "cls")
+
+
+def test_a_published_sentence_transformers_model_imports_and_embeds_as_sentence_transformers(tmp_path, capsys):
+    """all-MiniLM-L6-v2: mean pooling, texts cut at its max_seq_length (256), length 1."""
+    import sentence_transformers
+    import_hf.main(["-i", str(published_uncased_model()), "-o", str(tmp_path / "minilm.pt")])
+    assert "(task embed)" in capsys.readouterr().out
+    texts = ["A man is eating food.", "Ça coûte 5€ — très cher!", "word " * 300]
+    model, vocab, checkpoint = checkpoints.restore_model(tmp_path / "minilm.pt", {"embed": BertForEmbedding})
+    assert checkpoint["config"]["seq-len"] == 256 and model.config.pooling == "mean"
+    theirs = sentence_transformers.SentenceTransformer(str(published_uncased_model()), device="cpu").encode(texts)
+    np.testing.assert_allclose(embed_texts(model, vocab, texts, 256), theirs, atol=1e-5)
