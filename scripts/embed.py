@@ -49,8 +49,10 @@ def stored_embeddings(path: Path, lines: int, width: int) -> np.ndarray:
     """An array written for the input file: one row of the model's width per line."""
     try:
         vectors = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as error:
-        raise UserError(f"--embeddings {path}: not a readable .npy file ({error})") from None
+    except OSError as error:
+        raise UserError(f"--embeddings {path}: cannot read ({error.strerror or error})") from None
+    except ValueError:  # numpy's words for a file of another kind speak of pickles
+        raise UserError(f"--embeddings {path}: not a .npy array (this script's -o writes one)") from None
     if vectors.shape != (lines, width):
         raise UserError(f"--embeddings {path}: shape {list(vectors.shape)}; the input's {lines} lines and the "
                         f"model's width make [{lines}, {width}]")

@@ -194,6 +194,12 @@ def test_the_model_learns_to_find_passages_tests_and_embeds_a_file(embed_base, t
     rows = [["a dull horror film", "the acting was great", "I loved the music"].index(text) for _, text in shown]
     assert rows == np.argsort(-cosines)[:2].tolist()
     assert [float(cosine) for cosine, _ in shown] == pytest.approx(cosines[rows], abs=1e-4)
+    embed.main(["--cp", str(best), "-i", str(texts), "--embeddings", str(tmp_path / "texts.npy"), "--query",
+                "great acting", "-k", "2"])  # the file's embeddings read back, not computed again
+    assert capsys.readouterr().out.splitlines() == lines
+    message = one_error_line(capsys, lambda: embed.main(["--cp", str(best), "-i", str(texts), "--embeddings",
+                                                         str(texts), "--query", "x"]))
+    assert message == f"error: --embeddings {texts}: not a .npy array (this script's -o writes one)"
 
 
 def test_a_run_resumes_exactly_mid_epoch(embed_base, tmp_path, monkeypatch, keep_signal_handlers):
