@@ -236,6 +236,27 @@ def test_two_processes_share_their_negatives_and_embed_every_text_once(embed_bas
         torch.testing.assert_close(two["model"][name], tensor, rtol=0, atol=2e-5, msg=name)
 
 
+def test_hard_negatives_are_candidates_for_every_anchor(embed_base, tmp_path, monkeypatch, keep_signal_handlers):
+    workdir = embed_workdir(embed_base, tmp_path / "negatives", max_iters=2, val_interval=2,
+                            val_dataset_percentage=0.2)
+    train = workdir / "datasets" / "embed" / "train.jsonl"
+    rows = [json.loads(line) for line in train.read_text().splitlines()]
+    write_jsonl(train, [row | {"negative": rows[number - 1]["positive"]} for number, row in enumerate(rows)])
+    monkeypatch.chdir(workdir)
+    config = main.load_config(None, [])
+    task = main.make_task(config)
+    _, batch = next(task.train_batches(None))
+    assert batch["input_ids"].shape[0] == 3 * 16  # anchors, positives, negatives
+    model = task.build_model().eval()  # no dropout: the two computations see the same embeddings
+    loss, statistics = task.loss(model, {name: torch.from_numpy(value) for name, value in batch.items()})
+    anchors, candidates = (model(torch.from_numpy(batch["input_ids"][part]), torch.from_numpy(
+        batch["attention_mask"][part])) for part in (slice(0, 16), slice(16, 48)))
+    expected, _ = contrastive_loss(anchors, candidates, 0.05)
+    assert int(statistics[0]) == 16 and float(loss) == pytest.approx(float(expected), rel=1e-4)
+    run_dir = main.run(config, None, False)
+    assert checkpoints.load(run_dir / "checkpoints" / "checkpoint.pt")["step"] == 2
+
+
 def test_a_split_without_scored_pairs_or_retrieval_is_one_line(embed_base, tmp_path, monkeypatch, capsys):
     workdir = embed_workdir(embed_base, tmp_path / "none")
     shutil.rmtree(workdir / "datasets" / "embed" / "stsb")
