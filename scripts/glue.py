@@ -39,7 +39,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 import checkpoints  # noqa: E402
-import distributed  # noqa: E402
+import rank_process  # noqa: E402
 import embed_data  # noqa: E402
 import glue_data  # noqa: E402
 import glue_metrics  # noqa: E402
@@ -327,7 +327,7 @@ def run_training(command: list[str]) -> int:
             child.send_signal(signum)
     previous = {signum: signal.signal(signum, pass_on) for signum in STOP_SIGNALS}
     try:
-        child = subprocess.Popen(command, preexec_fn=lambda: distributed.die_with_launcher(parent))
+        child = subprocess.Popen(command, preexec_fn=lambda: rank_process.die_with_launcher(parent))
         if received:  # asked to stop while the child was starting
             child.send_signal(signal.SIGTERM)
         code = child.wait()

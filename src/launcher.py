@@ -1,6 +1,6 @@
 """`--ddp --nproc N`: start N ranks of main.py on this machine and watch them; when one fails, the
 others are stopped at once and one line says which. Imported by --ddp alone; the ranks' side of the
-protocol is distributed.py's.
+protocol is rank_process.py's.
 """
 import os
 import shutil
@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from distributed import ERROR_FILE_VARIABLE, LAUNCHER_VARIABLE, finished_file
+from rank_process import ERROR_FILE_VARIABLE, LAUNCHER_VARIABLE, finished_file
 from errors import UserError
 from tokenizing import default_workers
 

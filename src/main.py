@@ -130,7 +130,8 @@ def main(argv=None):
     config = load_config(args.config, overrides)
     options = start_options(args)
     if distributed.launched():  # a rank: started by --ddp below, or by torchrun
-        distributed.rank_main(lambda: run_rank(config, args))
+        import rank_process  # a rank's side of its launcher, read by ranks alone
+        rank_process.rank_main(lambda: run_rank(config, args))
     elif args.ddp:
         if args.test:
             raise UserError("--test runs in one process: leave out --ddp")

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-import distributed
+import rank_process
 import launcher
 from test_distributed import ROOT, TIMEOUT, free_port
 
@@ -43,11 +43,11 @@ def test_a_rank_that_dies_in_teardown_after_the_run_finished_fails_nothing(tmp_p
     launcher warns and waits for the others, and a rank that dies before its mark still fails."""
     error_file = tmp_path / "rank1.txt"
     rank = subprocess.Popen([sys.executable, "-c", f"import os, sys; sys.path.insert(0, {str(ROOT / 'src')!r}); "
-                             "import distributed; distributed.rank_main(lambda: None); os.abort()"],
-                            env={**os.environ, distributed.ERROR_FILE_VARIABLE: str(error_file)})
+                             "import rank_process; rank_process.rank_main(lambda: None); os.abort()"],
+                            env={**os.environ, rank_process.ERROR_FILE_VARIABLE: str(error_file)})
     rank.wait(timeout=TIMEOUT)
     assert rank.returncode == -signal.SIGABRT
-    finished = [tmp_path / "rank0.finished", distributed.finished_file(error_file)]
+    finished = [tmp_path / "rank0.finished", rank_process.finished_file(error_file)]
     assert launcher.wait_for_first_failure([FinishedProcess(0), rank], finished) is None
     assert capsys.readouterr().err.count("warning: rank 1 was killed by SIGABRT after the run had finished") == 1
     assert launcher.wait_for_first_failure([rank, FinishedProcess(0)], finished) == (0, -signal.SIGABRT)
