@@ -14,7 +14,6 @@ base-dir/runs.
 """
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,7 +26,6 @@ import hardware  # noqa: E402
 import main as training  # noqa: E402
 from ini import load_config  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
-from run_log import RunLog  # noqa: E402
 from trainer import PHASES, Trainer  # noqa: E402
 
 
@@ -45,14 +43,9 @@ def parse_args(argv):
 
 
 def prepared_run(config):
-    """The trainer, a fresh run (its directory a temporary one, its log silent) and its batches."""
-    task = training.make_task(config)
-    trainer = Trainer(config, task)
-    task.check_data(("train",))
-    starter = trainer.starter
-    run = starter.open_run(starter.build_model(None), Path(tempfile.mkdtemp()), RunLog(None, config))
-    batches = hardware.prefetch(task.train_batches(None), trainer.device, config.async_to_device)
-    return trainer, run, batches
+    """The trainer, a fresh run that keeps nothing, and its batches."""
+    trainer = Trainer(config, training.make_task(config))
+    return trainer, *trainer.scratch_run()
 
 
 def time_steps(trainer: Trainer, run, batches, meter, steps: int) -> tuple[float, float, float]:

@@ -7,9 +7,10 @@ of them. Read top to bottom: the loop, one step, its log line, validation, savin
 import json
 import math
 import sys
+import tempfile
 from contextlib import nullcontext
 from pathlib import Path
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 import torch
 from torch import nn
@@ -26,6 +27,7 @@ from run_plan import parse_mask_rate, parse_target
 from errors import UserError
 from model import flops_per_token
 from optimizer import in_stable_phase, learning_rate, mask_rate, micro_batches, sequence_length
+from run_log import RunLog
 from run_start import Run, RunStarter
 from stop_request import StopRequest
 from task import Task
@@ -78,6 +80,14 @@ class Trainer:
         finally:
             run.log.close()
         return run.run_dir
+
+    def scratch_run(self) -> tuple[Run, Iterator]:
+        """A fresh run that keeps nothing (a temporary directory, a silent log) and its training
+        batches on the device: train_step timed or profiled outside fit (scripts/profile_step.py)."""
+        self.task.check_data(("train",))
+        run = self.starter.open_run(self.starter.build_model(None), Path(tempfile.mkdtemp()),
+                                    RunLog(None, self.config))
+        return run, hardware.prefetch(self.task.train_batches(None), self.device, self.config.async_to_device)
 
     # ------------------------------------------------------------------------- the loop
 
