@@ -141,7 +141,9 @@ def has_similarity(directory: Path, split: str) -> bool:
 
 
 def read_similarity(directory: Path, split: str) -> glue_data.Examples | None:
-    """A split's scored pairs; None where the scores are hidden (GLUE's STS-B test split)."""
+    """A split's scored pairs; None where there are none, or their scores are hidden (GLUE's STS-B test split)."""
+    if not has_similarity(directory, split):
+        return None
     examples = glue_data.read_split(folder_of(directory), "stsb", split)
     return None if examples.labels_hidden else examples
 

@@ -91,7 +91,7 @@ class EmbeddingTask(WindowTask):
         """The split's scored pairs and retrieval queries (val-dataset-percentage of them for validation)."""
         directory, name = self.config.glue_path, SPLITS[split]
         share, seed = self.config.share_of(split), self.config.seed
-        similarity = embed_data.read_similarity(directory, name) if embed_data.has_similarity(directory, name) else None
+        similarity = embed_data.read_similarity(directory, name)
         if similarity is not None:
             similarity = similarity.select(kept_rows(len(similarity), share, seed))
         retrieval = None

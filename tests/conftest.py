@@ -9,6 +9,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "scripts")]
+
+from tokenizing import default_workers  # noqa: E402
+
+# README runs the tests in two xdist workers: each gets its share of the cores, set before torch is
+# imported (as launcher.py shares them among ranks): all of them each, and every small step waits.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, default_workers() // WORKERS)))
 # The device the training tests run on: BERT_TEST_DEVICE=cuda python -m pytest -q (cpu by default).
 TEST_DEVICE = os.environ.get("BERT_TEST_DEVICE", "cpu")
 
@@ -254,6 +262,26 @@ def one_error_line(capsys, call) -> str:
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1, lines
     return lines[0]
+
+
+def assert_resumes_exactly_mid_epoch(make_workdir, monkeypatch, steps: int):
+    """A run of `steps` steps, and one stopped at steps / 2 and resumed with --cp: the same step,
+    still in the first epoch, the same weights. make_workdir(name) makes a fresh working directory."""
+    import checkpoints
+    import main
+    import torch
+    runs = {}
+    for name, legs in (("straight", [steps]), ("resumed", [steps // 2, steps])):
+        workdir = make_workdir(name)
+        monkeypatch.chdir(workdir)
+        for leg, max_iters in enumerate(legs):
+            resume = ["--cp", "runs/run0/checkpoints/checkpoint.pt"] if leg else []
+            main.main(["--max-iters", str(max_iters), *resume])
+        runs[name] = checkpoints.load(workdir / "runs" / "run0" / "checkpoints" / "checkpoint.pt")
+    straight, resumed = runs["straight"], runs["resumed"]
+    assert resumed["step"] == straight["step"] == steps and straight["data_position"]["epoch"] == 0
+    for name, tensor in straight["model"].items():
+        torch.testing.assert_close(resumed["model"][name], tensor, rtol=0, atol=1e-5, msg=name)
 
 
 @pytest.fixture

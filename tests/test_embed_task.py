@@ -24,7 +24,7 @@ import import_hf
 import main
 import make_embed_demo
 import retrieval_metrics
-from conftest import one_error_line, write_mlm_config
+from conftest import assert_resumes_exactly_mid_epoch, one_error_line, write_mlm_config
 from embed_task import contrastive_loss, embed_texts
 from errors import UserError
 from model import BertForEmbedding
@@ -204,16 +204,8 @@ def test_the_model_learns_to_find_passages_tests_and_embeds_a_file(embed_base, t
 
 def test_a_run_resumes_exactly_mid_epoch(embed_base, tmp_path, monkeypatch, keep_signal_handlers):
     settings = {"lr_decay_iters": 8, "val_interval": 4, "val_dataset_percentage": 0.2}
-    monkeypatch.chdir(embed_workdir(embed_base, tmp_path / "straight", **settings))
-    main.main(["--max-iters", "8"])
-    straight = checkpoints.load(tmp_path / "straight" / "runs" / "run0" / "checkpoints" / "checkpoint.pt")
-    monkeypatch.chdir(embed_workdir(embed_base, tmp_path / "resumed", **settings))
-    main.main(["--max-iters", "4"])
-    main.main(["--max-iters", "8", "--cp", "runs/run0/checkpoints/checkpoint.pt"])
-    resumed = checkpoints.load(tmp_path / "resumed" / "runs" / "run0" / "checkpoints" / "checkpoint.pt")
-    assert resumed["step"] == straight["step"] == 8 and straight["data_position"]["epoch"] == 0
-    for name, tensor in straight["model"].items():
-        torch.testing.assert_close(resumed["model"][name], tensor, rtol=0, atol=1e-5, msg=name)
+    assert_resumes_exactly_mid_epoch(lambda name: embed_workdir(embed_base, tmp_path / name, **settings),
+                                     monkeypatch, steps=8)
 
 
 def test_two_processes_share_their_negatives_and_embed_every_text_once(embed_base, tmp_path, monkeypatch,

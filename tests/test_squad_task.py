@@ -18,7 +18,7 @@ import main
 import make_qa_demo
 import qa
 import squad_data
-from conftest import one_error_line, write_mlm_config
+from conftest import assert_resumes_exactly_mid_epoch, one_error_line, write_mlm_config
 from test_distributed import run_main
 from squad_data import Questions, answer_pieces, context_windows, encode_questions
 from squad_metrics import normalize_answer, squad_scores
@@ -167,16 +167,10 @@ def test_the_model_learns_to_answer_in_either_layout_tests_and_answers_text(squa
 
 def test_a_run_resumes_exactly_mid_epoch(squad_base, tmp_path, monkeypatch, keep_signal_handlers):
     settings = {"lr_decay_iters": 12, "val_interval": 6}
-    monkeypatch.chdir(squad_workdir(squad_base, tmp_path / "straight", "squad", "json", **settings))
-    main.main(["--max-iters", "12"])
-    straight = checkpoints.load(tmp_path / "straight" / "runs" / "run0" / "checkpoints" / "checkpoint.pt")
-    monkeypatch.chdir(squad_workdir(squad_base, tmp_path / "resumed", "squad", "json", **settings))
-    main.main(["--max-iters", "6"])
-    main.main(["--max-iters", "12", "--cp", "runs/run0/checkpoints/checkpoint.pt"])
-    resumed = checkpoints.load(tmp_path / "resumed" / "runs" / "run0" / "checkpoints" / "checkpoint.pt")
-    assert resumed["step"] == straight["step"] == 12 and straight["data_position"]["epoch"] == 0
-    for name, tensor in straight["model"].items():
-        torch.testing.assert_close(resumed["model"][name], tensor, rtol=0, atol=1e-5, msg=name)
+
+    def make_workdir(name):
+        return squad_workdir(squad_base, tmp_path / name, "squad", "json", **settings)
+    assert_resumes_exactly_mid_epoch(make_workdir, monkeypatch, steps=12)
 
 
 def test_two_processes_train_and_score_every_question_once(squad_base, tmp_path):

@@ -18,7 +18,7 @@ import main
 import make_ner_demo
 import ner
 import token_data
-from conftest import one_error_line, write_mlm_config
+from conftest import assert_resumes_exactly_mid_epoch, one_error_line, write_mlm_config
 from test_distributed import run_main
 from masking import IGNORE_INDEX
 from token_data import TaggedSentences, best_windows, encode_sentences, windows
@@ -157,16 +157,8 @@ def test_the_model_learns_the_tags_in_either_layout_and_tests_and_tags_text(ner_
 
 def test_a_run_resumes_exactly_mid_epoch(ner_base, tmp_path, monkeypatch, keep_signal_handlers):
     settings = {"lr_decay_iters": 12, "val_interval": 6, "dropout": 0.1}
-    monkeypatch.chdir(ner_workdir(ner_base, tmp_path / "straight", "conll", **settings))
-    main.main(["--max-iters", "12"])
-    straight = checkpoints.load(tmp_path / "straight" / "runs" / "run0" / "checkpoints" / "checkpoint.pt")
-    monkeypatch.chdir(ner_workdir(ner_base, tmp_path / "resumed", "conll", **settings))
-    main.main(["--max-iters", "6"])
-    main.main(["--max-iters", "12", "--cp", "runs/run0/checkpoints/checkpoint.pt"])
-    resumed = checkpoints.load(tmp_path / "resumed" / "runs" / "run0" / "checkpoints" / "checkpoint.pt")
-    assert resumed["step"] == straight["step"] == 12 and straight["data_position"]["epoch"] == 0
-    for name, tensor in straight["model"].items():
-        torch.testing.assert_close(resumed["model"][name], tensor, rtol=0, atol=1e-5, msg=name)
+    assert_resumes_exactly_mid_epoch(lambda name: ner_workdir(ner_base, tmp_path / name, "conll", **settings),
+                                     monkeypatch, steps=12)
 
 
 def test_two_processes_train_and_score_every_sentence_once(ner_base, tmp_path):
