@@ -17,6 +17,9 @@ a killed check still leaves what it did. The steps, in order of value:
   fine-tuning  SST-2 from the numerics step's checkpoint (config_sst2_cpu.ini), then --test on it
   export       scripts/export_hf.py of it, reloaded by transformers: logits equal to ours
   glue         scripts/glue.py on sst2 from the numerics step's checkpoint, 1 seed, a few steps
+  documents    documents packed apart at 12 x 768, seq-len 512, bf16: the encoder's forward and backward
+               with no mask, the dense document mask through SDPA, and FlexAttention's block mask
+               (what a GPU runs): seconds, peak memory, and the block mask's gradients against the dense's
   cuda tests   BERT_TEST_DEVICE=cuda python -m pytest on the tests of training, model and checkpoint
 --quick runs every step at a tiny size (2 x 64, seq-len 64 where the demo has it, fixed batches),
 without torch.compile where there is no GPU. Steps that need CUDA say "skipped: no CUDA".
@@ -36,7 +39,7 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -98,12 +101,13 @@ class Sizes:
 FULL = Sizes(mlm_steps=50, fine_tuning_steps=200, glue_steps=100, timed_steps=10,
              shapes=(Shape(6, 768, 12, 128), Shape(12, 768, 12, 128), Shape(6, 768, 12, 512),
                      Shape(12, 768, 12, 512)),
-             budgets={"numerics": 90, "throughput": 200, "fine-tuning": 45, "export": 20, "glue": 45,
-                      "cuda tests": 70})
+             budgets={"numerics": 90, "throughput": 180, "fine-tuning": 45, "export": 20, "glue": 45,
+                      "documents": 40, "cuda tests": 60})
 QUICK = Sizes(mlm_steps=20, fine_tuning_steps=10, glue_steps=5, timed_steps=2, shapes=(Shape(2, 64, 2, 64),),
               # The tiny runs' MFU is not reported, and measuring a CPU's matmul peak costs seconds a run.
               run_options=("--d-model", "64", "--heads", "2", "--n-layer", "2", "--peak-tflops", "1"), fixed_batch=8,
-              budgets=dict.fromkeys(("numerics", "throughput", "fine-tuning", "export", "glue", "cuda tests"), 240))
+              budgets=dict.fromkeys(("numerics", "throughput", "fine-tuning", "export", "glue", "documents",
+                                     "cuda tests"), 240))
 
 
 class Skipped(Exception):
@@ -410,13 +414,85 @@ def glue(check: Check, numbers: dict):
     numbers.update(steps=steps, dev=results["medians"]["sst2"])
 
 
+# ----------------------------------------------------------------------------- 4. documents apart
+
+DOCUMENTS_SHAPE, DOCUMENTS_BATCH = Shape(12, 768, 12, 512), 32
+MEAN_DOCUMENT = 300  # pieces: the demo's IMDB reviews average about this many
+# bf16 gradients through two kernels that sum in another order: a wrong mask moves them by O(1).
+GRADIENT_TOLERANCE = 2e-2
+
+
+def documents(check: Check, numbers: dict):
+    """The encoder (pre-LN, RoPE, no dropout) at DOCUMENTS_SHAPE on rows of documents a few hundred
+    pieces long: each attention path timed over forward and backward, and FlexAttention's gradients
+    against the dense mask's, relative to the largest."""
+    if check.device.type != "cuda":
+        raise Skipped("no CUDA (FlexAttention has no backward on the CPU; the CPU keeps the dense mask)")
+    import model as model_module
+    shape, batch = DOCUMENTS_SHAPE, DOCUMENTS_BATCH
+    config = replace(our_config(shape), position="rope", norm="preln", dropout=0.0)
+    encoder = model_module.Encoder(config).to(check.device)
+    ids = token_ids(batch, shape.seq_len, check.device)
+    starts = torch.rand(batch, shape.seq_len, generator=torch.Generator().manual_seed(0)) < 1 / MEAN_DOCUMENT
+    starts[:, 0] = False
+    document_ids = starts.cumsum(1).to(check.device)
+    numbers.update(model=f"{shape.layers} x {shape.width}", seq_len=shape.seq_len, batch=batch,
+                   documents_per_row=float(starts.sum(1).float().mean()) + 1, rows=[])
+    gradients = {}
+    for path, with_documents, block_mask in (("no mask", False, False), ("dense mask (SDPA)", True, False),
+                                             ("FlexAttention block mask", True, True)):
+        with choosing_block_mask(model_module, block_mask):
+            row = {"attention": path} | timed_encoder(encoder, ids, document_ids if with_documents else None, check)
+            gradients[path] = [parameter.grad.float().clone() for parameter in encoder.parameters()]
+        numbers["rows"].append(row)
+        check.save()
+    dense, flex = gradients["dense mask (SDPA)"], gradients["FlexAttention block mask"]
+    scale = max(gradient.abs().max().item() for gradient in dense)
+    difference = max((a - b).abs().max().item() for a, b in zip(flex, dense)) / scale
+    numbers.update(gradient_difference=difference, tolerance=GRADIENT_TOLERANCE)
+    if difference > GRADIENT_TOLERANCE:
+        raise CheckFailed(f"the block mask's gradients differ from the dense mask's by {difference:.3g} of the "
+                          f"largest; expected at most {GRADIENT_TOLERANCE}")
+
+
+@contextlib.contextmanager
+def choosing_block_mask(model_module, block_mask: bool):
+    """model.uses_block_mask answering `block_mask` for a while: both paths timed on one GPU."""
+    chosen = model_module.uses_block_mask
+    model_module.uses_block_mask = lambda device, dropout: block_mask
+    try:
+        yield
+    finally:
+        model_module.uses_block_mask = chosen
+
+
+def timed_encoder(encoder, ids, document_ids, check: Check, steps: int = 5) -> dict:
+    """Seconds of a forward and backward under bf16 autocast (the first one, with its compiling, apart), peak memory."""
+    def step():
+        encoder.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            hidden = encoder(ids, document_ids=document_ids)
+        hidden.float().square().mean().backward()
+        torch.cuda.synchronize(check.device)
+
+    torch.cuda.reset_peak_memory_stats(check.device)
+    started = time.perf_counter()
+    step()
+    first = time.perf_counter() - started
+    started = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return {"first_step_seconds": first, "step_seconds": (time.perf_counter() - started) / steps,
+            "peak_memory_mib": torch.cuda.max_memory_allocated(check.device) / 2 ** 20}
+
+
 def needed(path: Path | None, what: str) -> Path:
     if path is None or not path.is_file():
         raise Skipped(f"needs {what}, which an earlier step did not leave")
     return path
 
 
-# ----------------------------------------------------------------------------- 4. CUDA tests
+# ----------------------------------------------------------------------------- 5. CUDA tests
 
 def cuda_tests(check: Check, numbers: dict):
     """The named test files on the GPU (BERT_TEST_DEVICE=cuda), within what is left of the budget."""
@@ -467,7 +543,7 @@ def last_line(text: str | None) -> str:
 # ----------------------------------------------------------------------------- running the steps
 
 STEPS = {"numerics": numerics, "throughput": throughput, "fine-tuning": fine_tuning, "export": export,
-         "glue": glue, "cuda tests": cuda_tests}
+         "glue": glue, "documents": documents, "cuda tests": cuda_tests}
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ BertForTokenClassification and BertForQuestionAnswering.
 model_config() builds a ModelConfig from the run's Config in one step; flops_per_token and
 parameter_count measure a model from its shape (MFU; hardware.py's memory check).
 """
+import functools
 import math
 from dataclasses import dataclass, replace
 
@@ -175,12 +176,23 @@ class SelfAttention(nn.Module):
 
 
 def attend(q, k, v, attention_mask, dropout: float, causal: bool):
-    """PyTorch's fused attention; on the CPU under bf16 autocast, the faster paths of cpu_kernels.py."""
+    """PyTorch's fused attention; on the CPU under bf16 autocast, the faster paths of cpu_kernels.py;
+    FlexAttention's kernel for a block mask (Encoder.attention_mask)."""
+    if attention_mask is not None and not torch.is_tensor(attention_mask):
+        return flex_attention()(q, k, v, block_mask=attention_mask)
     if q.device.type != "cpu" or q.dtype == torch.float32:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, dropout_p=dropout, is_causal=causal)
     if causal and dropout > 0:  # the CPU's attention with dropout takes causality as a mask
         attention_mask, causal = earlier_or_same(q.shape[2], q.device), False
     return cpu_kernels.attention(q, k, v, attention_mask, dropout, causal)
+
+
+@functools.cache
+def flex_attention():
+    """FlexAttention compiled, as it must be to run its fused kernel rather than a dense fallback
+    (imported here: the torch a transformers user loads an export with may lack it)."""
+    from torch.nn.attention.flex_attention import flex_attention as attention
+    return torch.compile(attention, dynamic=False)
 
 
 def earlier_or_same(length: int, device) -> torch.Tensor:
@@ -228,6 +240,7 @@ class Encoder(nn.Module):
         """embeddings=False: layers only, for inputs embedded elsewhere (ELECTRA's generator)."""
         super().__init__()
         self.causal = config.causal
+        self.attention_dropout = config.dropout
         self.embeddings = Embeddings(config) if embeddings else None
         self.rotary = Rotary(config) if config.position == "rope" else None
         self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_layer))
@@ -247,9 +260,15 @@ class Encoder(nn.Module):
         return x if self.final_norm is None else self.final_norm(x)
 
     def attention_mask(self, real, document_ids=None):
-        """[batch, 1, queries, keys] for SDPA: which keys each query may see."""
+        """Which keys each query may see: a bool [batch, 1, queries, keys] for SDPA, or None (every
+        key, or causal alone: SDPA's is_causal). Documents packed apart on a GPU get a FlexAttention
+        block mask instead, whose kernel skips the blocks where no query sees a key and never holds
+        the dense mask (uses_block_mask says where)."""
         if real is None and document_ids is None:
-            return None  # causal alone is SDPA's is_causal
+            return None
+        dropout = self.attention_dropout if self.training else 0.0
+        if document_ids is not None and uses_block_mask(document_ids.device, dropout):
+            return document_block_mask(document_ids, real, self.causal)
         mask = None if real is None else real[:, None, None, :]  # broadcast over heads and queries
         if document_ids is not None:
             same = document_ids[:, None, :, None] == document_ids[:, None, None, :]
@@ -257,6 +276,26 @@ class Encoder(nn.Module):
         if self.causal:
             mask = mask & earlier_or_same(mask.shape[-1], mask.device)
         return mask
+
+
+def uses_block_mask(device: torch.device, dropout: float) -> bool:
+    """FlexAttention on CUDA only (it has no backward on the CPU), and without attention dropout (it has none)."""
+    return device.type == "cuda" and not dropout
+
+
+def document_block_mask(document_ids, real, causal: bool):
+    """FlexAttention's block mask for documents packed apart: a query sees the keys of its own
+    document, real ones (padding: `real` False), and with `causal` none after it."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def may_see(batch, head, query, key):
+        seen = document_ids[batch, query] == document_ids[batch, key]
+        if real is not None:
+            seen = seen & real[batch, key]
+        return seen & (key <= query) if causal else seen
+
+    rows, length = document_ids.shape
+    return create_block_mask(may_see, rows, None, length, length, device=document_ids.device)
 
 
 def token_positions(document_ids):
