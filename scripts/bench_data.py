@@ -1,6 +1,7 @@
 """Benchmark the data path at growing corpus sizes: preparation (ours with -n 1 and -n 2, and the
 `datasets` map + group_texts preparation of transformers' run_mlm.py), training memory per process
-(1 and 2 processes), and the slowest step at a shard switch against the median step.
+(1 and 2 processes), the slowest step at a shard switch against the median step, and the loader
+alone (shards to masked batches on the device, no model) against what BERT-base consumes on an H100.
 
 Example (the demo corpus at 1x, 4x and 16x, ~500 MB at 16x; minutes on quiet cores):
     python scripts/make_demo.py -o demo && python scripts/bench_data.py -i demo/input/imdb.txt -v demo/vocab
@@ -33,6 +34,7 @@ from errors import UserError, exit_on_user_error  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 2 ** 20
+H100_MFU = 0.4  # assumed for a well-tuned BERT-base MLM step on one H100: the pace the loaders must keep
 TRAIN_SETTINGS = {"d-model": 64, "heads": 2, "n-layer": 2, "d-ff": 128, "batch-size": 32, "val-interval": 10 ** 6,
                   "log-interval": 10 ** 6, "val-iters": 2, "device": "cpu", "dtype": "float32", "warmup-iters": 0}
 
@@ -121,7 +123,29 @@ def step_alone(workdir: str, steps: int) -> dict:
     return {"step_seconds": times}
 
 
-STEPS = {"prepare": step_prepare, "datasets": step_datasets, "train": step_train, "alone": step_alone}
+def step_loader(workdir: str, batches: int) -> dict:
+    """The data path alone, no model: shards read and batched, moved to the device and masked there,
+    as the trainer gets them: tokens/s of one process."""
+    os.chdir(workdir)
+    import hardware
+    import main
+    import torch
+    from ini import load_config
+    config = load_config(None, [])
+    task = main.make_task(config)
+    stream = hardware.prefetch(task.train_batches(None), task.device, config.async_to_device)
+    generator = torch.Generator(device=task.device).manual_seed(0)
+    next(stream)  # the first shard's load: a run's start, not its pace
+    tokens, started = 0, time.perf_counter()
+    for _, (_, batch) in zip(range(batches), stream):
+        masked = task.masker.masked(batch, generator)
+        tokens += masked["input_ids"].numel()
+    hardware.synchronize(task.device)
+    return {"tokens_per_sec": tokens / (time.perf_counter() - started), "tokens": tokens}
+
+
+STEPS = {"prepare": step_prepare, "datasets": step_datasets, "train": step_train, "alone": step_alone,
+         "loader": step_loader}
 
 
 def run_step(name: str, arguments: str) -> None:
@@ -134,9 +158,10 @@ def run_step(name: str, arguments: str) -> None:
 # Measuring a child: its result, and the largest RSS of any one of its processes
 
 
-def measure(name: str, **arguments) -> dict:
+def measure(name: str, script: str = __file__, **arguments) -> dict:
+    """The step `name` of `script` (its --run-step, printing a JSON line) in a child, with peak RSS added."""
     print(f"running {name} {arguments} ...", file=sys.stderr)
-    command = [sys.executable, __file__, "--run-step", name, json.dumps(arguments)]
+    command = [sys.executable, script, "--run-step", name, json.dumps(arguments)]
     peak, done = [0, 0], threading.Event()
     with tempfile.TemporaryFile() as output:
         child = subprocess.Popen(command, stdout=output, stderr=subprocess.PIPE, text=False)
@@ -191,7 +216,7 @@ def train_workdir(work: Path, shards: Path, vocab: Path, steps: int, seq_len: in
 
 
 def run_benchmark(args, work: Path) -> dict:
-    results = {"prepare": {}, "datasets": {}, "train": {}, "alone": {}, "shards": {}}
+    results = {"prepare": {}, "datasets": {}, "train": {}, "alone": {}, "loader": {}, "shards": {}}
     shard_tokens = None
     for scale in args.scales:
         corpus = write_corpus(args.input, scale, args.lines, work / f"corpus-{scale}x.txt")
@@ -215,6 +240,7 @@ def run_benchmark(args, work: Path) -> dict:
             results["train"][scale, nproc] = measure("train", workdir=workdir, steps=args.steps, nproc=nproc)
             alone += [measure("alone", workdir=workdir, steps=min(args.steps, 100))] if nproc == 1 else []
         results["alone"][scale] = alone
+        results["loader"][scale] = measure("loader", workdir=workdir, batches=args.loader_batches)
         results["shards"][scale] = len(list(shards.glob("train_*")))
         finished = args.scales[:args.scales.index(scale) + 1]
         print(f"up to {scale}x:\n{report(results, finished)}", file=sys.stderr)  # kept if a larger size fails
@@ -243,7 +269,23 @@ def report(results: dict, scales: list[int]) -> str:
         lines.append(f"| {scale}x | {results['shards'][scale]} | {one['process_peak'] / MIB:,.0f} | "
                      f"{two['process_peak'] / MIB:,.0f} | {at_switch:.4f} | {median:.4f} | {at_switch / median:.2f} | "
                      f"{mean:.4f} | {alone_median:.4f} | {median / alone_median:.3f} |")
+    need = bert_base_tokens_per_sec()
+    lines += ["", f"| corpus | the loader alone, tokens/s of one process | processes one H100 needs for BERT-base at "
+                  f"{H100_MFU:.0%} MFU ({need:,.0f} tokens/s) |", "|---|---:|---:|"]
+    for scale in scales:
+        speed = results["loader"][scale]["tokens_per_sec"]
+        lines.append(f"| {scale}x | {speed:,.0f} | {need / speed:.2f} |")
     return "\n".join(lines)
+
+
+def bert_base_tokens_per_sec(seq_len: int = 128) -> float:
+    """What BERT-base's MLM step consumes on one H100 at H100_MFU of its published dense bf16 peak."""
+    from hardware import published_peak_flops
+    from masking import MaskingRule, predictions_per_sequence
+    from model import ModelConfig, flops_per_token
+    predictions = predictions_per_sequence(seq_len, MaskingRule().mask_rate) / seq_len
+    return H100_MFU * published_peak_flops("H100") / flops_per_token(ModelConfig(vocab_size=30522), seq_len,
+                                                                        predictions)
 
 
 def peaks(run: dict) -> str:
@@ -258,6 +300,8 @@ def parse_args(argv=None):
     parser.add_argument("--scales", type=int, nargs="+", default=[1, 4, 16], help="corpus sizes (default 1 4 16)")
     parser.add_argument("--lines", type=int, help="use only the corpus's first lines (a quick check of the script)")
     parser.add_argument("--steps", type=int, default=600, help="training steps at each size (default 600)")
+    parser.add_argument("--loader-batches", type=int, default=400,
+                        help="batches the loader alone is timed over (default 400)")
     parser.add_argument("--shards-per-1x", type=int, default=8,
                         help="shards the 1x corpus is cut into (default 8: a switch every ~200 steps)")
     parser.add_argument("--workdir", type=Path, help="where to keep the files made (default: a temporary directory)")

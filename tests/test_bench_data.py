@@ -1,18 +1,20 @@
-"""scripts/bench_data.py end to end on a small corpus: both tables, a row per size, and a shard switch
+"""scripts/bench_data.py end to end on a small corpus: its three tables, a row per size, and a shard switch
 measured where the corpus (twice the input) spans 16 shards (the numbers themselves are for a quiet machine)."""
 import re
 
 import bench_data
 
 
-def test_the_data_benchmark_prints_both_tables_with_a_shard_switch(imdb_corpus, vocab_dir, tmp_path, capsys):
+def test_the_data_benchmark_prints_its_tables_with_a_shard_switch(imdb_corpus, vocab_dir, tmp_path, capsys):
     bench_data.main(["-i", str(imdb_corpus), "-v", str(vocab_dir), "--lines", "250", "--scales", "2",
-                     "--steps", "24", "--workdir", str(tmp_path)])
+                     "--steps", "24", "--loader-batches", "20", "--workdir", str(tmp_path)])
     tables = capsys.readouterr().out.split("\n\n")
-    preparation, training = (re.findall(r"^\| (\dx) \|(.*)\|$", table, re.M) for table in tables[-2:])
+    preparation, training, loader = (re.findall(r"^\| (\dx) \|(.*)\|$", table, re.M) for table in tables[-3:])
     assert [size for size, _ in preparation] == [size for size, _ in training] == ["2x"]
     assert "nan" not in preparation[0][1]
     shards, _, _, slowest_step_at_a_switch, *_, loop_against_alone = training[0][1].split("|")
     assert int(shards) == 16  # 8 for each copy of the input
     assert float(slowest_step_at_a_switch) > 0
     assert float(loop_against_alone) > 0
+    tokens_per_sec, processes_an_h100_needs = (float(cell.replace(",", "")) for cell in loader[0][1].split("|"))
+    assert tokens_per_sec > 0 and processes_an_h100_needs > 0
