@@ -179,7 +179,8 @@ def attend(q, k, v, attention_mask, dropout: float, causal: bool):
     """PyTorch's fused attention; on the CPU under bf16 autocast, the faster paths of cpu_kernels.py;
     FlexAttention's kernel for a block mask (Encoder.attention_mask)."""
     if attention_mask is not None and not torch.is_tensor(attention_mask):
-        return flex_attention()(q, k, v, block_mask=attention_mask)
+        # Contiguous: inside a compiled model, inductor's CPU kernel misread v's strides (torch 2.13).
+        return flex_attention()(q.contiguous(), k.contiguous(), v.contiguous(), block_mask=attention_mask)
     if q.device.type != "cpu" or q.dtype == torch.float32:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, dropout_p=dropout, is_causal=causal)
     if causal and dropout > 0:  # the CPU's attention with dropout takes causality as a mask
