@@ -58,3 +58,15 @@ def test_segments_and_padding_of_a_pair_and_a_single_sentence(vocab_dir):
     length = len(a) + len(b) + 3
     assert (input_ids[0, length:] == vocab.pad_id).all() and not segments[0, length:].any()
     assert real[0].sum() == length and segments[0].sum() == len(b) + 1
+
+
+@pytest.mark.parametrize("second", [True, False])
+def test_examples_encoded_a_chunk_at_a_time_equal_those_encoded_at_once(vocab_dir, imdb_reviews, second):
+    vocab = load_vocab(vocab_dir)
+    first, pairs = imdb_reviews[:41:2], imdb_reviews[1:42:2] if second else None
+    whole = encode_examples(vocab, first, pairs, 64, chunk=len(first))
+    for chunk in (1, 3, 7):
+        chunked = encode_examples(vocab, first, pairs, 64, chunk=chunk)
+        for name in ("tokens", "segments", "offsets"):
+            assert np.array_equal(getattr(chunked, name), getattr(whole, name)), (chunk, name)
+    assert len(encode_examples(vocab, [], None if pairs is None else [], 64)) == 0
