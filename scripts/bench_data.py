@@ -148,8 +148,9 @@ STEPS = {"prepare": step_prepare, "datasets": step_datasets, "train": step_train
          "loader": step_loader}
 
 
-def run_step(name: str, arguments: str) -> None:
-    result = STEPS[name](**json.loads(arguments))
+def run_step(name: str, arguments: str, steps: dict | None = None) -> None:
+    """A child's step (of `steps`, default this script's): its result and peak RSS as one JSON line."""
+    result = (steps or STEPS)[name](**json.loads(arguments))
     result["peak_rss"] = rss_bytes("VmHWM")
     print(json.dumps(result))
 

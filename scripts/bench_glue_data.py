@@ -10,7 +10,6 @@ The model is small (2 x 128, batch 32, float32) so that what is measured is the 
 path, not the model. Prints a markdown table.
 """
 import argparse
-import json
 import os
 import random
 import re
@@ -24,8 +23,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_data import MIB, measure  # noqa: E402
-from bench_prepare import rss_bytes  # noqa: E402
+from bench_data import MIB, measure, run_step  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 
 MNLI_TRAIN = 392_702
@@ -86,8 +84,7 @@ def step_run(workdir: str) -> dict:
 
     classification_task.ClassificationTask.read_part, trainer.Trainer.train_step = timed_read, noted_step
     main.main([])
-    return {"reads": reads, "first_step": first_step[0], "total": time.perf_counter() - started,
-            "peak_rss": rss_bytes("VmHWM")}
+    return {"reads": reads, "first_step": first_step[0], "total": time.perf_counter() - started}
 
 
 def workdir_for(work: Path, vocab: Path, sentences: list[str], pairs: int) -> Path:
@@ -125,8 +122,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     if args.run_step:
-        name, arguments = args.run_step
-        return print(json.dumps({"run": step_run}[name](**json.loads(arguments))))
+        return run_step(*args.run_step, {"run": step_run})
     if not args.input.is_file():
         raise UserError(f"{args.input}: corpus not found (build it: python scripts/make_demo.py -o demo)")
     if not (args.vocab / "vocab.txt").is_file():
