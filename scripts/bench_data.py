@@ -311,14 +311,19 @@ def parse_args(argv=None):
 
 
 @exit_on_user_error
+def check_inputs(corpus: Path, vocab: Path) -> None:
+    """The corpus and vocabulary a benchmark builds from, or one line saying which is missing."""
+    if not corpus.is_file():
+        raise UserError(f"{corpus}: corpus not found (build it: python scripts/make_demo.py -o demo)")
+    if not (vocab / "vocab.txt").is_file():
+        raise UserError(f"{vocab}: no vocab.txt there")
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.run_step:
         return run_step(*args.run_step)
-    if not args.input.is_file():
-        raise UserError(f"{args.input}: corpus not found (build it: python scripts/make_demo.py -o demo)")
-    if not (args.vocab / "vocab.txt").is_file():
-        raise UserError(f"{args.vocab}: no vocab.txt there")
+    check_inputs(args.input, args.vocab)
     if args.shards_per_1x < 1 or args.steps < 2:
         raise UserError(f"--shards-per-1x {args.shards_per_1x} --steps {args.steps}: expected at least 1 and 2")
     with tempfile.TemporaryDirectory(prefix="bench-data-") as scratch:

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_data import MIB, measure, run_step  # noqa: E402
+from bench_data import MIB, check_inputs, measure, run_step  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 
 MNLI_TRAIN = 392_702
@@ -123,10 +123,7 @@ def main(argv=None):
     args = parse_args(argv)
     if args.run_step:
         return run_step(*args.run_step, {"run": step_run})
-    if not args.input.is_file():
-        raise UserError(f"{args.input}: corpus not found (build it: python scripts/make_demo.py -o demo)")
-    if not (args.vocab / "vocab.txt").is_file():
-        raise UserError(f"{args.vocab}: no vocab.txt there")
+    check_inputs(args.input, args.vocab)
     if min(args.pairs) < RUN_SETTINGS["batch-size"]:
         raise UserError(f"--pairs {min(args.pairs)}: expected at least a batch ({RUN_SETTINGS['batch-size']})")
     sentences = sentences_of(args.input)

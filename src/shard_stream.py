@@ -174,7 +174,7 @@ class ShardLoader:
         self.held: dict = {}
 
     def get(self, keys: list, following=None) -> list:
-        for key in [key for key in self.held if key not in keys]:
+        for key in [key for key in self.held if key not in keys and key != following]:
             del self.held[key]
         for key in keys:
             if key not in self.held:
