@@ -124,14 +124,17 @@ def step_alone(workdir: str, steps: int) -> dict:
 
 
 def step_loader(workdir: str, batches: int) -> dict:
+    os.chdir(workdir)
+    from ini import load_config
+    return loader_speed(load_config(None, []), batches)
+
+
+def loader_speed(config, batches: int) -> dict:
     """The data path alone, no model: shards read and batched, moved to the device and masked there,
     as the trainer gets them: tokens/s of one process."""
-    os.chdir(workdir)
     import hardware
     import main
     import torch
-    from ini import load_config
-    config = load_config(None, [])
     task = main.make_task(config)
     stream = hardware.prefetch(task.train_batches(None), task.device, config.async_to_device)
     generator = torch.Generator(device=task.device).manual_seed(0)

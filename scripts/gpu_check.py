@@ -14,6 +14,8 @@ a killed check still leaves what it did. The steps, in order of value:
   throughput   6 x 768 (the original project's size) and 12 x 768 (BERT-base) at seq-len 128 and 512,
                the largest batch that fits, ours compiled against transformers' BertForMaskedLM (sdpa),
                both bf16: tokens/s, MFU, peak memory, compile time, the attention kernel that ran
+  loader       the data path alone (the demo's shards to masked batches on the device, no model), one
+               process: its tokens/s against what each of our throughput rows at the demo's seq-len consumes
   fine-tuning  SST-2 from the numerics step's checkpoint (config_sst2_cpu.ini), then --test on it
   export       scripts/export_hf.py of it, reloaded by transformers: logits equal to ours
   glue         scripts/glue.py on sst2 from the numerics step's checkpoint, 1 seed, a few steps
@@ -49,6 +51,7 @@ from torch.profiler import ProfilerActivity, profile
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "scripts")]
 import bench  # noqa: E402
+import bench_data  # noqa: E402
 import checkpoints  # noqa: E402
 import export_hf  # noqa: E402
 import hardware  # noqa: E402
@@ -95,19 +98,20 @@ class Sizes:
     shapes: tuple[Shape, ...]
     run_options: tuple[str, ...] = ()  # config keys over the templates' (their model: 2 x 128)
     fixed_batch: int = 0  # 0: the largest that fits (needs CUDA)
+    loader_batches: int = 400
     budgets: dict = field(default_factory=dict)  # seconds per step; a step may also use what earlier ones left
 
 
 FULL = Sizes(mlm_steps=50, fine_tuning_steps=200, glue_steps=100, timed_steps=10,
              shapes=(Shape(6, 768, 12, 128), Shape(12, 768, 12, 128), Shape(6, 768, 12, 512),
                      Shape(12, 768, 12, 512)),
-             budgets={"numerics": 90, "throughput": 180, "fine-tuning": 45, "export": 20, "glue": 45,
-                      "documents": 40, "cuda tests": 60})
+             budgets={"numerics": 90, "throughput": 180, "loader": 15, "fine-tuning": 45, "export": 20,
+                      "glue": 45, "documents": 40, "cuda tests": 45})
 QUICK = Sizes(mlm_steps=20, fine_tuning_steps=10, glue_steps=5, timed_steps=2, shapes=(Shape(2, 64, 2, 64),),
               # The tiny runs' MFU is not reported, and measuring a CPU's matmul peak costs seconds a run.
               run_options=("--d-model", "64", "--heads", "2", "--n-layer", "2", "--peak-tflops", "1"), fixed_batch=8,
-              budgets=dict.fromkeys(("numerics", "throughput", "fine-tuning", "export", "glue", "documents",
-                                     "cuda tests"), 240))
+              loader_batches=20, budgets=dict.fromkeys(("numerics", "throughput", "loader", "fine-tuning", "export",
+                                                        "glue", "documents", "cuda tests"), 240))
 
 
 class Skipped(Exception):
@@ -134,6 +138,7 @@ class Check:
     deadline: float = 0.0  # time.monotonic() at which the running step's budget is spent
     pretrained: Path | None = None  # the numerics step's bf16 checkpoint
     fine_tuned: Path | None = None
+    consumed: dict = field(default_factory=dict)  # tokens/s of our throughput rows, by (model, seq-len)
     save: Callable[[], None] = lambda: None  # writes the report: a step calls it between its parts
 
     def seconds_left(self) -> float:
@@ -255,6 +260,8 @@ def throughput(check: Check, numbers: dict):
                 row["status"] = "skipped: the step's time budget is spent"
                 continue
             row.update(measured_row(side, shape, check, dtype, compiled, peak))
+            if side is OursAt and row["status"] == "ok":
+                check.consumed[row["model"], shape.seq_len] = row["tokens_per_sec"]
             check.save()
             free_memory(check.device)
     failed = [row for row in numbers["rows"] if row["status"].startswith("failed")]
@@ -349,7 +356,24 @@ def free_memory(device):
         torch.cuda.empty_cache()
 
 
-# ----------------------------------------------------------------------------- 3. fine-tuning, export, GLUE
+# ----------------------------------------------------------------------------- 3. the loader
+
+def loader(check: Check, numbers: dict):
+    """The data path alone on the device, one process, as the trainer gets its batches; against each of
+    our throughput rows at the demo's seq-len: how many such processes would feed that model's step.
+    More than one: a training loop there waits on its data (each rank has one loader)."""
+    config = load_config(MLM_TEMPLATE, check.run_options("loader") + [
+        "--async-to-device", str(check.device.type == "cuda").lower()])
+    speed = bench_data.loader_speed(config, check.sizes.loader_batches)["tokens_per_sec"]
+    numbers.update(batch=f"{config.batch_size} x {check.seq_len}", batches=check.sizes.loader_batches,
+                   loader_tokens_per_sec=speed, rows=[])
+    for (model, seq_len), consumed in check.consumed.items():
+        if seq_len == check.seq_len:
+            numbers["rows"].append({"model": model, "seq_len": seq_len, "model_tokens_per_sec": consumed,
+                                    "loader_processes_needed": consumed / speed, "keeps_up": consumed <= speed})
+
+
+# ----------------------------------------------------------------------------- 4. fine-tuning, export, GLUE
 
 def fine_tuning(check: Check, numbers: dict):
     """The SST-2 template from the numerics step's checkpoint for a few steps, then --test on its best.
@@ -414,7 +438,7 @@ def glue(check: Check, numbers: dict):
     numbers.update(steps=steps, dev=results["medians"]["sst2"])
 
 
-# ----------------------------------------------------------------------------- 4. documents apart
+# ----------------------------------------------------------------------------- 5. documents apart
 
 DOCUMENTS_SHAPE, DOCUMENTS_BATCH = Shape(12, 768, 12, 512), 32
 MEAN_DOCUMENT = 300  # pieces: the demo's IMDB reviews average about this many
@@ -492,7 +516,7 @@ def needed(path: Path | None, what: str) -> Path:
     return path
 
 
-# ----------------------------------------------------------------------------- 5. CUDA tests
+# ----------------------------------------------------------------------------- 6. CUDA tests
 
 def cuda_tests(check: Check, numbers: dict):
     """The named test files on the GPU (BERT_TEST_DEVICE=cuda), within what is left of the budget."""
@@ -542,8 +566,8 @@ def last_line(text: str | None) -> str:
 
 # ----------------------------------------------------------------------------- running the steps
 
-STEPS = {"numerics": numerics, "throughput": throughput, "fine-tuning": fine_tuning, "export": export,
-         "glue": glue, "documents": documents, "cuda tests": cuda_tests}
+STEPS = {"numerics": numerics, "throughput": throughput, "loader": loader, "fine-tuning": fine_tuning,
+         "export": export, "glue": glue, "documents": documents, "cuda tests": cuda_tests}
 
 
 @contextlib.contextmanager

@@ -16,7 +16,8 @@ from batching import BatchOrder, gather_padded
 from config import ini_text
 from errors import UserError
 from masking import IGNORE_INDEX, MaskingRule, predictions_per_sequence
-from shard_stream import EpochPlan, ShardFile, ShardLoader, epoch_sets, rank_positions, scan
+from shard_stream import (EpochPlan, ShardFile, ShardLoader, as_array, epoch_sets, positions_between, rank_positions,
+                          scan)
 from shards import Shard, find_shards, from_arrays, join_shards, read_shard, select_rows
 
 # The Config fields that decide which samples a run sees: a resumed run keeps them.
@@ -182,7 +183,7 @@ class ShardSplit:
         epoch, k, start, limit = key
         plan, order = self.plan(epoch), self.order
         positions = rank_positions(plan.total, start, order.global_batch_size, order.rank, order.world_size)[:limit]
-        mine = positions[(positions >= plan.starts[k]) & (positions < plan.starts[k + 1])]
+        mine = positions_between(positions, int(plan.starts[k]), int(plan.starts[k + 1]))
         rows = np.unique(plan.rows(k)[mine - plan.starts[k]])
         file = plan.files[k]
         return self.checked(file.path, self.read(file, rows)), rows
@@ -209,8 +210,9 @@ class ShardSplit:
             raise UserError(f"{path}: no sample has room for a mask: every one is [CLS] [SEP] alone")
         return shard
 
-    def batch_at(self, plan: EpochPlan, positions: np.ndarray, loader, start: int, limit: int | None) -> dict:
+    def batch_at(self, plan: EpochPlan, positions: range, loader, start: int, limit: int | None) -> dict:
         """The samples at these positions of the epoch's order (from one shard, or two at a switch)."""
+        positions = as_array(positions)
         shards = plan.shards_of(positions)
         numbers = [int(k) for k in np.unique(shards)]
         following = numbers[-1] + 1

@@ -133,11 +133,23 @@ class EpochPlan:
         return np.searchsorted(self.starts, positions, side="right") - 1
 
 
-def rank_positions(total: int, start: int, global_batch: int, rank: int, world_size: int) -> np.ndarray:
+def rank_positions(total: int, start: int, global_batch: int, rank: int, world_size: int) -> range:
     """This rank's positions in the epoch's order from `start` on, batch after batch: every
-    world-size-th of each global batch, full global batches only."""
+    world-size-th of each global batch, full global batches only. A range, not an array: an epoch of
+    a 100 GB corpus has hundreds of millions of positions."""
     end = start + (total - start) // global_batch * global_batch
-    return np.arange(start + rank, end, world_size)
+    return range(start + rank, end, world_size)
+
+
+def positions_between(positions: range, low: int, high: int) -> np.ndarray:
+    """The positions p with low <= p < high, found by arithmetic on the range."""
+    first = max(0, -(-(low - positions.start) // positions.step))
+    last = max(first, -(-(high - positions.start) // positions.step))
+    return as_array(positions[first:last])
+
+
+def as_array(positions: range) -> np.ndarray:
+    return np.arange(positions.start, positions.stop, positions.step, dtype=np.int64)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -48,6 +48,8 @@ def test_quick_runs_every_step_and_writes_both_reports(demo, tmp_path):
     assert len(numerics["reference_losses"]) == len(numerics["candidate_losses"]) == gpu_check.QUICK.mlm_steps
     assert numerics["agree"] and numerics["candidate_losses"][-1] < numerics["candidate_losses"][0]
     assert [row["side"] for row in steps["throughput"]["numbers"]["rows"]] == ["ours", "transformers"]
+    loader = steps["loader"]["numbers"]
+    assert loader["loader_tokens_per_sec"] > 0 and [row["model"] for row in loader["rows"]] == ["2 x 64"]
     assert steps["export"]["numbers"]["max_logit_difference"] < gpu_check.LOGITS_ATOL
     markdown = (out / "report.md").read_text(encoding="utf-8")
     assert all(f"## {name}" in markdown for name in gpu_check.STEPS) and "| step | reference_losses |" in markdown

@@ -240,3 +240,17 @@ def test_shards_of_the_earlier_layout_still_train(mlm_base_dir, tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     main.main([])
     assert torch.load(tmp_path / "runs/run0/checkpoints/checkpoint.pt", weights_only=True)["step"] == 4
+
+
+@pytest.mark.parametrize("total, start, global_batch, world_size",
+                         [(1000, 0, 32, 1), (1000, 64, 32, 2), (997, 30, 24, 3)])
+def test_a_rank_finds_its_positions_in_a_shard_by_arithmetic(total, start, global_batch, world_size):
+    """An epoch's positions are a range (constant memory at any corpus size); those in [low, high) are
+    the ones an array of them would give."""
+    for rank in range(world_size):
+        positions = shard_stream.rank_positions(total, start, global_batch, rank, world_size)
+        assert isinstance(positions, range)
+        every = shard_stream.as_array(positions)
+        for low, high in [(0, 100), (-5, 3), (31, 33), (500, 1200), (990, 1000), (40, 40), (2000, 3000)]:
+            expected = every[(every >= low) & (every < high)]
+            assert np.array_equal(shard_stream.positions_between(positions, low, high), expected)
