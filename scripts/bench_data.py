@@ -313,7 +313,6 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-@exit_on_user_error
 def check_inputs(corpus: Path, vocab: Path) -> None:
     """The corpus and vocabulary a benchmark builds from, or one line saying which is missing."""
     if not corpus.is_file():
@@ -322,6 +321,7 @@ def check_inputs(corpus: Path, vocab: Path) -> None:
         raise UserError(f"{vocab}: no vocab.txt there")
 
 
+@exit_on_user_error
 def main(argv=None):
     args = parse_args(argv)
     if args.run_step:

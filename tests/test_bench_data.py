@@ -2,7 +2,10 @@
 measured where the corpus (twice the input) spans 16 shards (the numbers themselves are for a quiet machine)."""
 import re
 
+import pytest
+
 import bench_data
+import bench_glue_data
 
 
 def test_the_data_benchmark_prints_its_tables_with_a_shard_switch(imdb_corpus, vocab_dir, tmp_path, capsys):
@@ -18,3 +21,14 @@ def test_the_data_benchmark_prints_its_tables_with_a_shard_switch(imdb_corpus, v
     assert float(loop_against_alone) > 0
     tokens_per_sec, processes_an_h100_needs = (float(cell.replace(",", "")) for cell in loader[0][1].split("|"))
     assert tokens_per_sec > 0 and processes_an_h100_needs > 0
+
+
+
+def test_a_missing_corpus_or_vocabulary_is_one_line_and_exit_2(imdb_corpus, vocab_dir, tmp_path, capsys):
+    missing_corpus = (bench_data.main, ["-i", str(tmp_path / "none.txt"), "-v", str(vocab_dir)], "none.txt")
+    missing_vocab = (bench_glue_data.main, ["-i", str(imdb_corpus), "-v", str(tmp_path)], str(tmp_path))
+    for main, arguments, named in (missing_corpus, missing_vocab):
+        with pytest.raises(SystemExit) as exit_info:
+            main(arguments)
+        errors = capsys.readouterr().err.strip().splitlines()
+        assert exit_info.value.code == 2 and len(errors) == 1 and named in errors[0]
