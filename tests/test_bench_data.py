@@ -23,7 +23,6 @@ def test_the_data_benchmark_prints_its_tables_with_a_shard_switch(imdb_corpus, v
     assert tokens_per_sec > 0 and processes_an_h100_needs > 0
 
 
-
 def test_a_missing_corpus_or_vocabulary_is_one_line_and_exit_2(imdb_corpus, vocab_dir, tmp_path, capsys):
     missing_corpus = (bench_data.main, ["-i", str(tmp_path / "none.txt"), "-v", str(vocab_dir)], "none.txt")
     missing_vocab = (bench_glue_data.main, ["-i", str(imdb_corpus), "-v", str(tmp_path)], str(tmp_path))

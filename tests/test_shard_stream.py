@@ -116,7 +116,7 @@ def epoch_of_rest(stream):
 
 
 def test_a_process_holds_at_most_two_shards_loads_each_once_and_of_each_its_own_samples(in_base, monkeypatch):
-    held, loaded, keys = [], [], []
+    held, loaded, loads = [], [], []
     original_get = shard_stream.ShardLoader.get
 
     def counting_get(self, keys, following=None):
@@ -127,12 +127,12 @@ def test_a_process_holds_at_most_two_shards_loads_each_once_and_of_each_its_own_
     monkeypatch.setattr(shard_stream.ShardLoader, "get", counting_get)
     split = data(in_base, 1, 2).split("train")
     original_load = split.load
-    monkeypatch.setattr(split, "load", lambda key: keys.append(key) or loaded.append(original_load(key)) or loaded[-1])
+    monkeypatch.setattr(split, "load", lambda key: loads.append(key) or loaded.append(original_load(key)) or loaded[-1])
     stream = split.batches(None)
     for _ in range(60):
         next(stream)
     assert max(held) == 2 and len(loaded) > 5
-    assert len(set(keys)) == len(keys)  # the next shard, loading in the background, is not started again
+    assert len(set(loads)) == len(loads)  # the next shard, loading in the background, is not started again
     for shard, rows in loaded[:-1]:  # the last may be the next one, loading
         assert len(shard) == len(rows) and abs(len(rows) - shard.header["samples"] / 2) <= 1  # every other sample
 
