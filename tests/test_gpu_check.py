@@ -106,6 +106,24 @@ def test_the_largest_batch_is_the_last_before_cuda_runs_out_of_memory(monkeypatc
     assert gpu_check.largest_batch(Runner, shape, torch.device("cpu"), torch.float32, max_tokens=16 * 128) == 16
 
 
+def test_a_batch_that_runs_out_of_memory_when_timed_is_halved_and_said(monkeypatch):
+    """The search's last fit is one step on a warm allocator; a fresh model's timed steps may need more."""
+    import torch
+
+    def step(runner, ids, steps, device):
+        if ids.shape[0] > 16:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return 0.1
+    monkeypatch.setattr(gpu_check.bench, "seconds_per_step", step)
+    monkeypatch.setattr(gpu_check, "attention_kernels", lambda *arguments: "math")
+    check = gpu_check.Check(out=Path("unused"), demo=Path("unused"), sizes=gpu_check.FULL,
+                            device=torch.device("cpu"), seq_len=128, compiles=False)
+    shape = gpu_check.Shape(2, 64, 2, 128)
+    row = gpu_check.timed_at_largest(lambda *arguments: None, shape, 64, check, torch.float32, False, 1e12)
+    assert (row["status"], row["batch"]) == ("ok (the search's 64 ran out of memory when timed)", 16)
+    assert row["tokens_per_sec"] == pytest.approx(16 * 128 / 0.1)
+
+
 @pytest.mark.parametrize("arguments, message", [
     (["--demo", "missing"], "missing: no vocab/ here; build the demo: python scripts/make_demo.py -o missing"),
     (["-o", "file.txt"], "file.txt: exists and is not a directory"),

@@ -78,9 +78,9 @@ def test_mask_rate_0_3_fills_its_slots(mlm_workdir):
     config = main.load_config(None, ["--mask-rate", "0.3"])
     task = MaskedLMTask(config, load_vocab(mlm_workdir / "vocab"), torch.device(TEST_DEVICE))
     ids = torch.from_numpy(next(task.data.fixed_batches("val", 1))["input_ids"].astype(np.int64))
-    labels = task.masker.mask(ids, torch.Generator().manual_seed(0))["labels"]
+    labels = task.masker.mask(ids, torch.Generator().manual_seed(0))["labels"].cpu()
     assert labels.shape == (config.batch_size, math.ceil(0.3 * config.seq_len))
-    maskable = ~torch.isin(ids, task.masker.special_ids)
+    maskable = ~torch.isin(ids, task.masker.special_ids.cpu())  # the masker's ids live on the task's device
     assert (labels != -100).sum() / maskable.sum() == pytest.approx(0.3, abs=0.02)
 
 
