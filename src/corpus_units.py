@@ -16,6 +16,7 @@ import numpy as np
 from tqdm import tqdm
 
 from errors import UserError
+from input_files import content_hashes
 from packed_files import is_whole, read_header
 from preparation import SPLITS, SplitWriter, masking_rule
 from tokenizing import document_ids
@@ -211,8 +212,8 @@ def make_units(pieces: Iterator[Piece], encode: Callable, plan: UnitPlan, new_ma
     return made
 
 
-# The options that never change the files (the inputs count by path, size and modification time,
-# the vocabulary by its checksum).
+# The options that never change the files (the inputs count by their contents' hashes, the
+# vocabulary by its checksum).
 NOT_DECIDING = ("input", "vocab", "output", "nproc", "chunk_mb", "part", "skip_bad_records")
 
 
@@ -222,7 +223,7 @@ def prepare(args, vocab, inputs, pieces: Iterator[Piece], unit_size: int, encode
     with a progress bar of documents, tokens and tokens/s."""
     settings = {name: value for name, value in vars(args).items() if name not in NOT_DECIDING}
     settings |= {"created_by": created_by, "vocab_checksum": vocab.checksum, "unit_size": unit_size,
-                 "inputs": [(str(each), each.version) for each in inputs]}
+                 "inputs": content_hashes(inputs)}
     preparation, rule = preparation_id(settings), masking_rule(args)
 
     def new_writer(unit: int) -> SplitWriter:

@@ -8,6 +8,7 @@ import bz2
 import contextlib
 import glob
 import gzip
+import hashlib
 import json
 import lzma
 import re
@@ -16,6 +17,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
+
+from tqdm import tqdm
 
 from errors import UserError
 
@@ -50,13 +53,28 @@ class InputFile:
         return STDIN if self.path is None else str(self.path)
 
     @property
-    def version(self) -> tuple[int, int] | None:
-        """(size, modification time in ns): what tells an edited file from the one read before, as
-        make and rsync tell it; an edit in place at the same size changes the time."""
-        if self.path is None:
-            return None
-        status = self.path.stat()
-        return status.st_size, status.st_mtime_ns
+    def size(self) -> int:
+        return 0 if self.path is None else self.path.stat().st_size
+
+
+def content_hashes(inputs: list[InputFile], chunk_bytes: int = 8 << 20) -> list[str | None]:
+    """sha256 of each input's bytes as stored (None for standard input): what names an input in a
+    preparation, so copies on several machines (new paths, new modification times) agree and a
+    `touch` prepares nothing again. Reading costs a small share of tokenizing: 2.2 GB/s a core."""
+    hashes = []
+    with tqdm(total=sum(each.size for each in inputs), unit="B", unit_scale=True, desc="reading the inputs",
+              disable=None) as bar:
+        for each in inputs:
+            if each.path is None:
+                hashes.append(None)
+                continue
+            digest = hashlib.sha256()
+            with each.path.open("rb") as file:
+                while chunk := file.read(chunk_bytes):
+                    digest.update(chunk)
+                    bar.update(len(chunk))
+            hashes.append(digest.hexdigest())
+    return hashes
 
 
 def add_input_arguments(parser: argparse.ArgumentParser, what: str = "documents") -> None:

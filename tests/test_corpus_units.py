@@ -1,6 +1,8 @@
 """src/corpus_units.py: the corpus cut into units of about --shard-tokens, each its numbered shards;
 the same files for any worker count, resumed after a failure, or made in parts on several machines."""
+import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -155,6 +157,28 @@ def test_an_input_edited_in_place_at_the_same_size_is_prepared_again(small_corpu
     run_units(out, corpus, vocab_dir, "-n", "1")
     assert "kept the shards" not in capsys.readouterr().out
     assert file_bytes(out) == file_bytes(run_units(tmp_path / "fresh", corpus, vocab_dir, "-n", "1"))
+
+
+def test_a_touched_input_or_a_copy_elsewhere_is_the_same_preparation(units_out, small_corpus, vocab_dir, tmp_path,
+                                                                     capsys):
+    """Machines with their own copies (scp, gsutil cp: new paths and times) make the parts of one preparation."""
+    first, second = tmp_path / "first" / "reviews.txt", tmp_path / "second" / "corpus.txt"
+    for copy in (first, second):
+        copy.parent.mkdir()
+        shutil.copyfile(small_corpus, copy)
+    os.utime(second, ns=(1, 1))
+    out = run_units(tmp_path / "parts", first, vocab_dir, "-n", "1", "--part", "1/2")
+    run_units(out, second, vocab_dir, "-n", "1", "--part", "2/2")
+    assert shard_files(out) == shard_files(units_out)
+    assert {preparation_of(path) for path in out.iterdir()} == {preparation_of(path) for path in units_out.iterdir()}
+    os.utime(first)
+    capsys.readouterr()
+    run_units(out, first, vocab_dir, "-n", "1")
+    assert f"kept the shards of {len(shard_files(out)) // 3} unit(s)" in capsys.readouterr().out
+
+
+def preparation_of(path) -> str:
+    return read_shard(path).header["preparation"]
 
 
 def test_parts_together_write_the_files_of_one_run(units_out, small_corpus, vocab_dir, tmp_path, capsys):
