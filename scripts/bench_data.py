@@ -329,6 +329,8 @@ def main(argv=None):
     check_inputs(args.input, args.vocab)
     if args.shards_per_1x < 1 or args.steps < 2:
         raise UserError(f"--shards-per-1x {args.shards_per_1x} --steps {args.steps}: expected at least 1 and 2")
+    if min(args.scales) < 1:  # a corpus written 0 times over is empty: say which option made it so
+        raise UserError(f"--scales {' '.join(map(str, args.scales))}: expected corpus sizes of at least 1")
     with tempfile.TemporaryDirectory(prefix="bench-data-") as scratch:
         work = args.workdir or Path(scratch)
         work.mkdir(parents=True, exist_ok=True)

@@ -75,7 +75,7 @@ def classify(model, vocab, first: list[str], second: list[str] | None, seq_len: 
 
 def read_sentences(path: Path) -> list[str]:
     try:
-        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        lines = [line.strip() for line in path.read_text(encoding="utf-8-sig").splitlines()]
     except (OSError, UnicodeDecodeError) as error:
         raise UserError(f"{path}: cannot read ({error.__class__.__name__})") from None
     sentences = [line for line in lines if line]

@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from atomic import atomic_write  # noqa: E402
+from atomic import atomic_write, check_output_file  # noqa: E402
 from checkpoints import restore_model  # noqa: E402
 from classify import print_lines, read_sentences, trained_seq_len  # noqa: E402
 from embed_task import embed_texts  # noqa: E402
@@ -53,6 +53,9 @@ def stored_embeddings(path: Path, lines: int, width: int) -> np.ndarray:
         raise UserError(f"--embeddings {path}: cannot read ({error.strerror or error})") from None
     except ValueError:  # numpy's words for a file of another kind speak of pickles
         raise UserError(f"--embeddings {path}: not a .npy array (this script's -o writes one)") from None
+    if not isinstance(vectors, np.ndarray):  # np.load opens a .npz archive of arrays as a dictionary
+        vectors.close()
+        raise UserError(f"--embeddings {path}: a .npz archive, not a .npy array (this script's -o writes one)")
     if vectors.shape != (lines, width):
         raise UserError(f"--embeddings {path}: shape {list(vectors.shape)}; the input's {lines} lines and the "
                         f"model's width make [{lines}, {width}]")
@@ -76,6 +79,8 @@ def neighbour_lines(queries: list[str], query_vectors: np.ndarray, texts: list[s
 @exit_on_user_error
 def main(argv=None):
     args = parse_args(argv)
+    if args.output:
+        check_output_file(args.output, ".npy file")
     texts = read_sentences(args.input)
     model, vocab, checkpoint = restore_model(args.cp, {"embed": BertForEmbedding})
     seq_len = trained_seq_len(checkpoint, model)

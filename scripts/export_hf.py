@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 import checkpoints  # noqa: E402
 from atomic import sync_directory  # noqa: E402
 import hf_export  # noqa: E402
-from errors import UserError, exit_on_user_error  # noqa: E402
+from errors import UserError, exit_on_user_error, naming_a_full_disk  # noqa: E402
 from model import BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, ModelConfig  # noqa: E402
 from model import BertForCausalLM, ElectraForPreTraining  # noqa: E402
 
@@ -89,10 +89,12 @@ def export(checkpoint_path: Path, out_dir: Path, force: bool = False) -> list[st
     except OSError as error:
         raise UserError(f"{out_dir}: cannot create the output directory ({error.strerror})") from None
     try:
-        save_file(hf_export.exported_weights(checkpoint), temp / "model.safetensors", metadata={"format": "pt"})
+        with naming_a_full_disk(out_dir / "model.safetensors"):
+            save_file(hf_export.exported_weights(checkpoint), temp / "model.safetensors", metadata={"format": "pt"})
         for name, text in files.items():
             (temp / name).parent.mkdir(exist_ok=True)
-            (temp / name).write_text(text, encoding="utf-8")
+            with naming_a_full_disk(out_dir / name):
+                (temp / name).write_text(text, encoding="utf-8")
         finish(temp)
         replace_directory(temp, target)
     except OSError as error:

@@ -11,9 +11,10 @@ Examples:
 
 Each task's recipe comes from --recipe (etc/templates/glue.ini: an [all] section and one per task);
 any other --KEY VALUE is a config key that overrides it for every task. Every task's settings are
-checked before the first run trains. Runs go to OUTDIR/runs/TASK-seedN; a task and seed already
-scored are not run again, so the same command after a stop (Ctrl-C, SIGTERM, a stop file, a crash,
-a lost machine) goes on where it was; a run that was stopped is resumed, never scored. OUTDIR keeps
+checked before the first run trains, with its data as its run checks them (SQuAD's doc-stride
+beside seq-len). Runs go to OUTDIR/runs/TASK-seedN; a task and seed already scored are not run
+again, so the same command after a stop (Ctrl-C, SIGTERM, a stop file, a crash, a lost machine)
+goes on where it was; a run that was stopped is resumed, never scored. OUTDIR keeps
 what made its scores (made_by.json: the checkpoint's checksum, --glue-dir, every setting), and a
 command that differs is refused rather than mixed in; one glue.py at a time works in OUTDIR. With
 --from-mnli, RTE, MRPC and STS-B start from the best MNLI run of the same seed (as MosaicBERT and
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
@@ -52,9 +54,10 @@ from classification_task import Part  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from config import INI_KEYS, Config, ini_text, known_name, typed_value  # noqa: E402
 from ini import load_config, parse_overrides  # noqa: E402
-from main import make_task  # noqa: E402
-from run_log import lock_directory, lock_run_dir  # noqa: E402
-from trainer import Trainer, finished_marker  # noqa: E402
+from main import make_task, task_class  # noqa: E402
+from optimizer import with_run_length  # noqa: E402
+from run_log import UNDEFINED, lock_directory, lock_run_dir, metric_text  # noqa: E402
+from trainer import Trainer, finished_marker, improves  # noqa: E402
 from vocab import write_vocab_directory  # noqa: E402
 
 TASK_ORDER = ("mnli", "cola", "sst2", "mrpc", "qqp", "stsb", "qnli", "rte", "wnli")  # MNLI first: --from-mnli
@@ -109,7 +112,7 @@ def read_recipe(path: Path) -> dict[str, dict[str, Any]]:
     """Section -> {field: typed value}; [all] applies to every task, a task's section overrides it."""
     parser = configparser.ConfigParser(inline_comment_prefixes=("#",), interpolation=None)
     try:
-        if not parser.read(path, encoding="utf-8"):
+        if not parser.read(path, encoding="utf-8-sig"):
             raise UserError(f"{path}: recipe not found")
     except configparser.Error as error:
         raise UserError(f"{path}: not a recipe file ({error.__class__.__name__}: {error.message})") from None
@@ -145,11 +148,11 @@ class Recipe:
         """The task's settings as INI text, by key, sorted: what OUTDIR/made_by.json records."""
         return {INI_KEYS[name]: ini_text(value) for name, value in sorted(self.settings(task).items())}
 
-    def check(self, task: str, where: dict[str, Any]):
+    def check(self, task: str, where: dict[str, Any]) -> Config:
         """The config the task's runs will read, checked now, before any run trains."""
         origins = ({name: f"{self.path}: [all]" for name in self.sections.get("all", {})}
                    | {name: f"{self.path}: [{task}]" for name in self.sections.get(task, {})} | self.override_origins)
-        Config(**(where | self.settings(task)), sources=(f"{self.path}: [{task}]",), origins=origins)
+        return Config(**(where | self.settings(task)), sources=(f"{self.path}: [{task}]",), origins=origins)
 
 
 def available_tasks(glue_dir: Path, tasks: list[str], skip_missing: bool) -> list[str]:
@@ -199,9 +202,24 @@ class Runner:
 
     def check_settings(self, tasks: list[str]):
         """Every task's config, as its runs will read it: a bad value stops here, before the first
-        run trains, named in the recipe file or the option that set it."""
-        for task in tasks:
-            self.recipe.check(task, self.given_by_runner(task))
+        run trains, named in the recipe file or the option that set it. Then what each run checks
+        as it starts, with its data: a setting that does not fit the data (SQuAD's doc-stride beside
+        seq-len) stops here too, not after the tasks before it have trained."""
+        configs = {task: self.recipe.check(task, self.given_by_runner(task)) for task in tasks}
+        saved = checkpoints.load(self.args.cp, mmap=True)
+        for task, config in configs.items():
+            try:
+                self.check_run_start(checkpoints.with_architecture(config, saved), checkpoints.vocab_of(saved))
+            except UserError as error:
+                raise UserError(f"{task}: {error}") from None
+
+    def check_run_start(self, config: Config, vocab):
+        """A run's own checks before it trains, on the CPU: its task reads and encodes the training
+        and validation data with the run's settings, and its schedule takes the run's length."""
+        processes = self.args.nproc if self.args.ddp and self.args.nproc else 1
+        task = task_class(config.task_type)(config, vocab, torch.device("cpu"), 0, processes)
+        with_run_length(config, len(task.data("train")) if config.epochs else 0, processes)
+        task.check_data(("val",))
 
     def given_by_runner(self, task: str) -> dict[str, Any]:
         """The keys a run gets from the runner: its task, its data, OUTDIR for its run directory."""
@@ -294,8 +312,8 @@ class Runner:
         target = self.score_file(task, seed)
         target.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(target, lambda temp: temp.write_text(json.dumps(result, indent=2) + "\n"))
-        print(f"{task} seed {seed}: " + ", ".join(f"{name} {value:.4f}" for name, value in metrics.items()
-                                                   if isinstance(value, float)), flush=True)
+        print(f"{task} seed {seed}: " + ", ".join(f"{name} {metric_text(value)}" for name, value in metrics.items()
+                                                   if isinstance(value, float) or value is None), flush=True)
 
     def test_predictions(self, trainer: Trainer, model, task: str, seed: int) -> dict[str, str]:
         """The server's files for the hidden test split(s), and AX's with MNLI, under the run directory."""
@@ -421,26 +439,33 @@ def first_difference(recorded: dict, current: dict) -> str | None:
 # ----------------------------------------------------------------------------- the table
 
 def summary(results: list[dict]) -> dict:
-    """Per dev result (cola, mnli_matched, ...): each metric's median, min and max over seeds, and the
-    two averages over the medians."""
-    by_result: dict[str, dict[str, list[float]]] = {}
+    """Per dev result (cola, mnli_matched, ...): each metric's median, min and max over the seeds
+    where it is defined (None where it is in none), the seeds where it is not (a correlation of
+    constant predictions: no score, so not counted as one), and the two averages over the medians."""
+    by_result: dict[str, dict[str, list[float | None]]] = {}
     for result in results:
         if result["task"] in BEYOND_GLUE:
             scale = 100 if result["task"] in IN_PERCENT else 1
             scores = by_result.setdefault(result["task"], {})
             for metric in BEYOND_GLUE[result["task"]]:
-                scores.setdefault(metric, []).append(result["metrics"][metric] / scale)
+                value = result["metrics"][metric]
+                scores.setdefault(metric, []).append(None if value is None else value / scale)
             continue
         task = glue_tasks.TASKS[result["task"]]
         for number, dev in enumerate(task.dev_results.values()):
             suffix = "" if number == 0 else "_mismatched"
             for metric in task.metrics:
                 by_result.setdefault(dev, {}).setdefault(metric, []).append(result["metrics"][metric + suffix])
-    medians = {dev: {metric: float(np.median(values)) for metric, values in metrics.items()}
+    defined = {dev: {metric: [value for value in values if value is not None] for metric, values in metrics.items()}
                for dev, metrics in by_result.items()}
-    spread = {dev: {metric: (min(values), max(values)) for metric, values in metrics.items()}
-              for dev, metrics in by_result.items()}
-    return {"medians": medians, "spread": spread, "cramming_average": glue_metrics.cramming_average(medians),
+    medians = {dev: {metric: float(np.median(values)) if values else None for metric, values in metrics.items()}
+               for dev, metrics in defined.items()}
+    spread = {dev: {metric: (min(values), max(values)) if values else None for metric, values in metrics.items()}
+              for dev, metrics in defined.items()}
+    undefined = {dev: {metric: values.count(None) for metric, values in metrics.items()}
+                 for dev, metrics in by_result.items()}
+    return {"medians": medians, "spread": spread, "undefined_seeds": undefined,
+            "cramming_average": glue_metrics.cramming_average(medians),
             "leaderboard_average": glue_metrics.leaderboard_average(medians)}
 
 
@@ -453,16 +478,32 @@ def table(results: list[dict], args) -> str:
              "| task | metric | median | min-max |", "|---|---|---:|---:|"]
     for dev, metrics in facts["medians"].items():
         for metric, median in metrics.items():
-            low, high = facts["spread"][dev][metric]
-            lines.append(f"| {dev} | {metric} | {100 * median:.1f} | {100 * low:.1f}-{100 * high:.1f} |")
+            cells = table_cells(median, facts["spread"][dev][metric], args.seeds, facts["undefined_seeds"][dev][metric])
+            lines.append(f"| {dev} | {metric} | {cells} |")
     for name, title in (("cramming_average", "GLUE average as Cramming and the BERT paper count it "
                                              "(no WNLI; MNLI-m and -mm as two; F1, Spearman, MCC, accuracy)"),
                         ("leaderboard_average", "GLUE average as the leaderboard counts it (nine task scores, each "
                                                 "the mean of its metrics, MNLI's the mean of -m and -mm)")):
         value = facts[name]
         lines.append("")
-        lines.append(f"{title}: " + (f"**{100 * value:.1f}**" if value is not None else "n/a (not every task ran)"))
+        lines.append(f"{title}: " + (f"**{100 * value:.1f}**" if value is not None else
+                                     f"n/a ({why_no_average(facts)})"))
     return "\n".join(lines) + "\n"
+
+
+def why_no_average(facts: dict) -> str:
+    """Why an average has no value: a task missing, or one whose metric no seed defined."""
+    undefined = [dev for dev, metrics in facts["medians"].items() if None in metrics.values()]
+    return f"{', '.join(undefined)}: undefined in every seed" if undefined else "not every task ran"
+
+
+def table_cells(median: float | None, spread: tuple[float, float] | None, seeds: int, undefined: int) -> str:
+    """A metric's median and min-max cells, in percent; seeds where it is undefined are said, not counted."""
+    if median is None:
+        return f"undefined | {UNDEFINED} in all {seeds} seeds"
+    low, high = spread
+    note = f"; {undefined} of {seeds} seeds {UNDEFINED}, left out" if undefined else ""
+    return f"{100 * median:.1f} | {100 * low:.1f}-{100 * high:.1f}{note}"
 
 
 def write_outputs(results: list[dict], args) -> None:
@@ -483,7 +524,7 @@ def write_submission(results: list[dict], out: Path) -> None:
         if not result["predictions"]:  # the test labels are known, or a task beyond GLUE
             continue
         score = glue_metrics.task_score(glue_tasks.TASKS[result["task"]], result["metrics"])
-        if result["task"] not in best or score > best[result["task"]][0]:
+        if result["task"] not in best or improves(score, best[result["task"]][0], lower_is_better=False):
             best[result["task"]] = (score, result)
     if not best:
         return  # the test labels are known (not GLUE's own test sets): nothing to submit

@@ -25,8 +25,10 @@ a killed check still leaves what it did. The steps, in order of value:
   cuda tests   BERT_TEST_DEVICE=cuda python -m pytest on the tests of training, model and checkpoint
 --quick runs every step at a tiny size (2 x 64, seq-len 64 where the demo has it, fixed batches),
 without torch.compile where there is no GPU. Steps that need CUDA say "skipped: no CUDA".
+A step whose every part was skipped reports itself skipped. Without --quick it needs a GPU: on a
+machine without CUDA it says so and stops before writing anything.
 The demo's data comes from --demo (python scripts/make_demo.py -o demo). Exit code 0 when every
-step that ran passed, 1 when one failed, 2 for a bad argument.
+step that ran passed, 1 when one failed, 2 for a bad argument or no GPU without --quick.
 """
 import argparse
 import contextlib
@@ -267,6 +269,8 @@ def throughput(check: Check, numbers: dict):
     failed = [row for row in numbers["rows"] if row["status"].startswith("failed")]
     if failed:
         raise CheckFailed(f"{len(failed)} of {len(numbers['rows'])} rows failed, the first: {failed[0]['status']}")
+    if all(row["status"].startswith("skipped") for row in numbers["rows"]):  # nothing measured is not "ok"
+        raise Skipped(numbers["rows"][0]["status"].removeprefix("skipped: "))
 
 
 def measured_row(side, shape: Shape, check: Check, dtype, compiled: bool, peak: float) -> dict:
@@ -761,12 +765,15 @@ def main(argv=None):
     args = parse_args(argv)
     if args.carry_test_corpus:
         return carry_test_corpus(args.demo)
+    device = hardware.select_device("auto")
+    if device.type != "cuda" and not args.quick:  # a CPU would spend minutes and measure nothing
+        raise UserError("no CUDA device here; gpu_check.py runs on a GPU machine (--quick runs every step at a "
+                        "tiny size on the CPU, to check it before the GPU's minutes)")
     sizes = QUICK if args.quick else FULL
     seq_len = demo_seq_len(args.demo, args.quick)
     prepare_output(args.output)
-    device = hardware.select_device("auto")
     check = Check(out=args.output, demo=args.demo, sizes=sizes, device=device, seq_len=seq_len,
-                  compiles=device.type == "cuda" or not args.quick)
+                  compiles=device.type == "cuda")
     compiled = "torch.compile" if check.compiles else "no torch.compile (--quick on CPU: it costs more than the rest)"
     report = {"machine": machine(device), "seconds": 0.0, "steps": {},
               "mode": f"{'quick' if args.quick else 'full'}, seq-len {seq_len}, {compiled}"}

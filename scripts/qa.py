@@ -28,7 +28,7 @@ SETTINGS = ("seq-len", "doc-stride", "max-query-length", "max-answer-length")
 def read_questions(path: Path) -> list[tuple[str, str]]:
     """(question, context) of each line of a JSON-lines file."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as error:
         raise UserError(f"{path}: cannot read ({error.__class__.__name__})") from None
     pairs = []
@@ -40,11 +40,20 @@ def read_questions(path: Path) -> list[tuple[str, str]]:
             pairs.append((row["question"], row["context"]))
         except (ValueError, KeyError, TypeError):
             raise UserError(f"{path}: line {number}: expected a JSON object with question and context") from None
-        if not all(isinstance(text, str) and text.strip() for text in pairs[-1]):
-            raise UserError(f"{path}: line {number}: an empty question or context")
+        if not all(isinstance(text, str) for text in pairs[-1]):
+            raise UserError(f"{path}: line {number}: expected a question and a context of text")
+        check_pair(*pairs[-1], f"{path}: line {number}")
     if not pairs:
         raise UserError(f"{path}: no question")
     return pairs
+
+
+def check_pair(question: str, context: str, where: str):
+    """The one rule for -q/-c and -i alike: an empty question asks nothing and an empty context holds
+    no answer, so either is refused rather than answered with a span of nothing (or -inf)."""
+    for name, text in (("question", question), ("context", context)):
+        if not text.strip():
+            raise UserError(f"{where}: an empty {name}")
 
 
 def run_settings(checkpoint: dict, max_len: int) -> dict:
@@ -67,6 +76,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if (args.question is None) != (args.context is None):
         raise UserError("-q and -c go together: a question and the context that answers it")
+    if args.question is not None:
+        check_pair(args.question, args.context, "-q QUESTION -c CONTEXT")
     pairs = ([(args.question, args.context)] if args.question is not None else []) + (
         read_questions(args.input) if args.input else [])
     if not pairs:

@@ -3,7 +3,7 @@ power loss after the rename does not leave an empty file under the new name."""
 import os
 from pathlib import Path
 
-from errors import naming_a_full_disk
+from errors import UserError, naming_a_full_disk
 
 
 def atomic_write(path: Path, write, before_rename=None):
@@ -22,6 +22,15 @@ def atomic_write(path: Path, write, before_rename=None):
         sync_directory(path.parent)
     finally:
         temp.unlink(missing_ok=True)
+
+
+def check_output_file(path: Path, what: str):
+    """Refuse -o naming a directory or a file in a missing folder in one line, before the slow part
+    rather than at the rename after it."""
+    if path.is_dir():
+        raise UserError(f"-o {path}: a directory; -o takes the {what} to write")
+    if not path.parent.is_dir():
+        raise UserError(f"-o {path}: the folder {path.parent} does not exist")
 
 
 def sync_directory(directory: Path):

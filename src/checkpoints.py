@@ -35,7 +35,7 @@ KEY_TYPES = {"task": str, "step": int, "tokens": int, "model": dict, "optimizer"
              "model_config": dict, "vocab_checksum": str, "vocab": list, "vocab_lowercase": bool, "config": dict,
              "data_position": (dict, NONE), "rng_per_rank": list, "best": (float, int, NONE),
              "elapsed": (float, int), "data": (str, NONE), "start": (str, NONE), "lineage": list,
-             "imported_from": (str, NONE), "log_sums_per_rank": list, "checksum": str}
+             "imported_from": (str, NONE), "log_sums_per_rank": list, "decay_branch": bool, "checksum": str}
 # Free to differ between a checkpoint and the run starting from it: pre-training heads come and go.
 FREE_MODEL_FIELDS = ("dropout", "num_labels", "causal", "sentence_classes", "generator_heads", "label_names")
 # Free to differ in a new run from a checkpoint's weights, not in a resumed one: a longer-context
@@ -43,24 +43,28 @@ FREE_MODEL_FIELDS = ("dropout", "num_labels", "causal", "sentence_classes", "gen
 PHASE_MODEL_FIELDS = ("max_len", "rope_theta")
 # ModelConfig fields younger than the format, with the value a checkpoint without one was trained with.
 ADDED_MODEL_FIELDS = {"rope_theta": ROPE_THETA, "label_names": ()}
+# Entries younger than the format, with the value a checkpoint without one means.
+ADDED_KEYS = {"decay_branch": False}
 
 
 def make_state(*, task: str, weights: dict, model_config: ModelConfig, vocab: Vocab, config: dict, step: int = 0,
                tokens: int = 0, optimizer: dict | None = None, data_position: dict | None = None,
                rng_per_rank: list | None = None, best: float | None = None, elapsed: float = 0.0,
                data: str | None = None, start: str | None = None, lineage: list | None = None,
-               imported_from: str | None = None, log_sums_per_rank: list | None = None) -> dict:
+               imported_from: str | None = None, log_sums_per_rank: list | None = None,
+               decay_branch: bool = False) -> dict:
     """Everything a checkpoint holds: the model's weights (state dict) and architecture, the run's
     settings (Config.to_dict()); to resume, the optimizer, data position, one dict of random states
     and of the log's sums per rank, and the seconds of training so far (what a time budget counts);
     its history: the data it trained on, the checkpoint it started from and that one's lineage, or
-    the directory it was imported from."""
+    the directory it was imported from; decay_branch: the run is --decay-from's, its lr-scheduler
+    computed when it branched (a resume reads it from here)."""
     return {"format": FORMAT, "task": task, "step": step, "tokens": tokens, "model": weights,
             "optimizer": optimizer, "config": config, "model_config": asdict(model_config),
             "vocab_checksum": vocab.checksum, "vocab": list(vocab.tokens), "vocab_lowercase": vocab.lowercase,
             "data_position": data_position, "rng_per_rank": rng_per_rank or [], "best": best, "elapsed": elapsed,
             "data": data, "start": start, "lineage": lineage or [], "imported_from": imported_from,
-            "log_sums_per_rank": log_sums_per_rank or []}
+            "log_sums_per_rank": log_sums_per_rank or [], "decay_branch": decay_branch}
 
 
 def stage(checkpoint: dict) -> dict:
@@ -126,13 +130,14 @@ def load(path: Path, mmap: bool = False) -> dict:
         raise UserError(f"{path}: not a readable checkpoint ({error.__class__.__name__})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise UserError(f"{path}: not a checkpoint of this program (format {FORMAT} expected)")
-    missing = [key for key in KEY_TYPES if key not in state]
+    missing = [key for key in KEY_TYPES if key not in state and key not in ADDED_KEYS]
     if missing:
         raise UserError(f"{path}: a damaged checkpoint, without {', '.join(missing)}")
-    check_types(path, state)
+    check_types(path, ADDED_KEYS | state)
     # mmap: a quick look at the settings; the full load that follows checks the sum.
     if not mmap and state["checksum"] != checksum(state):
         raise UserError(f"{path}: a damaged checkpoint: its contents do not match the checksum saved with them")
+    state = ADDED_KEYS | state  # after the sum: it covers what was saved
     state["model_config"] = ADDED_MODEL_FIELDS | state["model_config"]
     return state
 
@@ -231,10 +236,15 @@ def check_compatible(path: Path, checkpoint: dict, vocab: Vocab, current: ModelC
 
 def load_pretrained(model: nn.Module, checkpoint: dict, path: Path, log):
     """Start from a checkpoint's weights. The encoder must be complete; a head the checkpoint
-    lacks, or one that does not fit (another number of labels), starts fresh. The log says which."""
+    lacks, one that does not fit (another number of labels) or one whose outputs have other names
+    (another tag set) starts fresh. The log says which."""
     own = model.state_dict()
     weights = checkpoint["model"] | longer_position_tables(checkpoint["model"], own)
     fitting = {name: tensor for name, tensor in weights.items() if name in own and own[name].shape == tensor.shape}
+    saved_names, names = tuple(checkpoint["model_config"]["label_names"]), tuple(model.config.label_names)
+    other_outputs = saved_names != names and any(not name.startswith("encoder.") for name in fitting)
+    if other_outputs:  # a head's outputs mean the names they were trained for
+        fitting = {name: tensor for name, tensor in fitting.items() if name.startswith("encoder.")}
     missing, _ = model.load_state_dict(fitting, strict=False)
     loaded = {own[name].data_ptr() for name in fitting}
     missing = [name for name in missing if own[name].data_ptr() not in loaded]  # tied to a loaded weight
@@ -244,6 +254,9 @@ def load_pretrained(model: nn.Module, checkpoint: dict, path: Path, log):
     log(f"loaded the encoder of {path} ({checkpoint['task']} step {checkpoint['step']})")
     log(f"  newly initialised: {', '.join(missing) or 'nothing'}")
     log(f"  not used: {', '.join(unused) or 'nothing'}")
+    if other_outputs:
+        log(f"  a new head: the checkpoint's labels ({', '.join(saved_names) or 'unnamed'}) are not this run's "
+            f"({', '.join(names)})")
     log_longer_context(checkpoint["model_config"], model.config, log)
 
 

@@ -73,10 +73,12 @@ def regression_sums(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
                         p.sum(), y.sum(), (p * p).sum(), (y * y).sum(), (p * y).sum()])
 
 
-def pearson_from_sums(sums: np.ndarray) -> float:
+def pearson_from_sums(sums: np.ndarray) -> float | None:
+    """Pearson's correlation from regression_sums; None where undefined (constant predictions or
+    labels), as glue_metrics.pearson."""
     n, p, y, pp, yy, py = sums
     spread = (n * pp - p * p) * (n * yy - y * y)
-    return float((n * py - p * y) / np.sqrt(spread)) if spread > 0 else 0.0
+    return float((n * py - p * y) / np.sqrt(spread)) if spread > 0 else None
 
 
 class ClassificationTask:

@@ -80,7 +80,7 @@ def read_pairs(directory: Path) -> Pairs:
 def read_jsonl_pairs(path: Path) -> Pairs:
     rows = []
     try:
-        with path.open(encoding="utf-8") as file:
+        with path.open(encoding="utf-8-sig") as file:
             for number, line in enumerate(file, 1):
                 if line.strip():
                     rows.append((f"line {number}", json_object(path, number, line)))
@@ -92,7 +92,7 @@ def read_jsonl_pairs(path: Path) -> Pairs:
 def json_object(path: Path, number: int, line: str) -> dict:
     try:
         value = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested thousands deep
         raise UserError(f"{path}: line {number}: not JSON") from None
     if not isinstance(value, dict):
         raise UserError(f"{path}: line {number}: a JSON {type(value).__name__}; expected an object")
@@ -192,7 +192,7 @@ def read_retrieval(directory: Path, split: str) -> Retrieval:
 def read_qrels(path: Path) -> dict[str, dict[str, float]]:
     """query-id -> corpus-id -> score, from a TSV with BEIR's header."""
     try:
-        with path.open(encoding="utf-8", newline="") as file:
+        with path.open(encoding="utf-8-sig", newline="") as file:
             rows = list(csv.reader(file, delimiter="\t"))
     except (OSError, UnicodeDecodeError) as error:
         raise UserError(f"{path}: not readable ({error.__class__.__name__})") from None
@@ -211,7 +211,7 @@ def read_texts(path: Path, with_title: bool) -> dict[str, str]:
     """_id -> text of a BEIR JSON lines file; a document's title goes before its text."""
     texts = {}
     try:
-        with path.open(encoding="utf-8") as file:
+        with path.open(encoding="utf-8-sig") as file:
             for number, line in enumerate(file, 1):
                 if not line.strip():
                     continue

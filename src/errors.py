@@ -6,15 +6,21 @@ import signal
 import sys
 from contextlib import contextmanager
 
+# How a Rust library's I/O error (std::io::Error) names a full disk: "No space left on device (os error 28)".
+RUST_NO_SPACE = f"(os error {errno.ENOSPC})"
+
 
 class UserError(Exception):
     """A mistake in the user's input (file, key, value), reported in one line."""
 
 
 def no_space_left(error: BaseException | None) -> bool:
-    """Whether the error or one it came from is ENOSPC (torch.save wraps it in a RuntimeError)."""
+    """Whether the error or one it came from is ENOSPC (torch.save wraps it in a RuntimeError; a Rust
+    library such as safetensors raises its own kind, the OS error only in its message)."""
     while error is not None:
         if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            return True
+        if not isinstance(error, OSError) and RUST_NO_SPACE in str(error):
             return True
         error = error.__cause__ or error.__context__
     return False

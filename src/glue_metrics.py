@@ -38,16 +38,17 @@ def matthews_from_confusion(confusion: np.ndarray) -> float:
     return float(numerator / denominator) if denominator else 0.0
 
 
-def pearson(labels: np.ndarray, predictions: np.ndarray) -> float:
-    """Pearson correlation (STS-B); 0 where undefined (a constant prediction), where scipy says NaN."""
+def pearson(labels: np.ndarray, predictions: np.ndarray) -> float | None:
+    """Pearson correlation (STS-B); None where undefined (constant predictions or labels), where
+    scipy says NaN: not a score, so a collapsed model's 0 never reads as one."""
     x = np.asarray(labels, np.float64) - np.mean(labels)
     y = np.asarray(predictions, np.float64) - np.mean(predictions)
     denominator = math.sqrt(float(x @ x) * float(y @ y))
-    return float(x @ y) / denominator if denominator else 0.0
+    return float(x @ y) / denominator if denominator else None
 
 
-def spearman(labels: np.ndarray, predictions: np.ndarray) -> float:
-    """Spearman correlation (STS-B): Pearson's on the ranks, ties at their average rank."""
+def spearman(labels: np.ndarray, predictions: np.ndarray) -> float | None:
+    """Spearman correlation (STS-B): Pearson's on the ranks, ties at their average rank; None where undefined."""
     return pearson(average_ranks(labels), average_ranks(predictions))
 
 
@@ -67,16 +68,17 @@ METRICS = {"matthews": matthews_correlation, "accuracy": accuracy, "f1": f1_scor
            "spearman": spearman}
 
 
-def task_metrics(task: GlueTask, labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+def task_metrics(task: GlueTask, labels: np.ndarray, predictions: np.ndarray) -> dict[str, float | None]:
     """The task's GLUE metrics of one dev split (fractions, not percent): class ids for a
-    classification task, scores for STS-B."""
+    classification task, scores for STS-B; None for a correlation that is undefined."""
     return {name: METRICS[name](labels, predictions) for name in task.metrics}
 
 
-def task_score(task: GlueTask, metrics: dict[str, float]) -> float:
+def task_score(task: GlueTask, metrics: dict[str, float | None]) -> float | None:
     """The one number GLUE gives a task: its metric, or the mean of its two (MRPC and QQP: F1 and
-    accuracy; STS-B: Pearson and Spearman). best.pt is picked by it."""
-    return float(np.mean([metrics[name] for name in task.metrics]))
+    accuracy; STS-B: Pearson and Spearman); None where one is undefined. best.pt is picked by it."""
+    values = [metrics[name] for name in task.metrics]
+    return None if None in values else float(np.mean(values))
 
 
 # ----------------------------------------------------------------------------- averages
@@ -94,11 +96,13 @@ def leaderboard_average(results: dict[str, dict[str, float]]) -> float | None:
     leaderboard score; counting MNLI-m and MNLI-mm as two tasks would give 81.1.
 
     `results` maps result names (`cola`, `mnli_matched`, `mnli_mismatched`, ...) to task_metrics;
-    None while a task is missing."""
+    None while a task is missing or its score undefined."""
     names = [result for task in TASKS.values() if task.name != "ax" for result in task.dev_results.values()]
     if any(name not in results for name in names):
         return None
     scores = {name: task_score(result_task(name), results[name]) for name in names}
+    if None in scores.values():
+        return None
     scores["mnli"] = (scores.pop("mnli_matched") + scores.pop("mnli_mismatched")) / 2
     return float(np.mean(list(scores.values())))
 
@@ -107,9 +111,10 @@ def cramming_average(results: dict[str, dict[str, float]]) -> float | None:
     """The average Cramming reports, the BERT paper's (Table 1): WNLI left out, MNLI matched and
     mismatched counted as two, and one metric per task: F1 for MRPC and QQP, Spearman for STS-B,
     Matthews for CoLA, accuracy elsewhere. Checked: the BERT paper's BERT-large numbers above
-    give its 82.1. None while a task is missing."""
+    give its 82.1. None while a task is missing or its metric undefined."""
     names = [result for task in TASKS.values() if task.name not in ("ax", "wnli")
              for result in task.dev_results.values()]
     if any(name not in results for name in names):
         return None
-    return float(np.mean([results[name][result_task(name).headline_metric] for name in names]))
+    values = [results[name][result_task(name).headline_metric] for name in names]
+    return None if None in values else float(np.mean(values))

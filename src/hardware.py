@@ -2,7 +2,9 @@
 autocast dtype, the matmul peak MFU is measured against, and batches moved to the device (pinned
 memory, the next batch prefetched)."""
 import os
+import resource
 import time
+from pathlib import Path
 
 import torch
 
@@ -25,17 +27,43 @@ def machine_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def address_space_room() -> int | None:
+    """Bytes this process may still map under its address-space limit (ulimit -v), beside what it
+    maps now (torch alone maps hundreds of MiB); None where there is no limit."""
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if limit == resource.RLIM_INFINITY:
+        return None
+    try:
+        mapped = int(Path("/proc/self/statm").read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):  # not Linux
+        mapped = 0
+    return max(0, limit - mapped)
+
+
+def memory_limit(limit_gib: float | None, flag: str) -> tuple[float, str]:
+    """The bytes a model may take, and how to name that limit: limit_gib where given (swap may hold
+    more than the machine's memory), else the machine's memory; never more than the address-space
+    limit leaves, which no allocation gets past."""
+    if limit_gib is None:
+        limit = machine_memory()
+        text = f"this machine's memory ({gib_text(limit)}; {flag} GIB sets another limit)"
+    else:
+        limit, text = limit_gib * GIB, f"{flag} {limit_gib:g} GiB"
+    room = address_space_room()
+    if room is not None and room < limit:
+        return room, f"what this process's address-space limit leaves ({gib_text(room)}; ulimit -v sets it)"
+    return limit, text
+
+
 def check_fits_memory(weights: int, *, copies: int, limit_gib: float | None, source: str, flag: str):
     """Refuse a model of `weights` float32 weights (model.parameter_count) that, `copies` times over
     (import: 2; training: weights, gradients and Adam's two moments, 4), would take more than
-    limit_gib, or than the machine's memory when None: one line before anything is allocated, not a
-    process the kernel kills. source names what set the shape (a file and its keys); flag, how to
-    raise the limit."""
+    limit_gib, or than the machine's memory when None, or than the address-space limit leaves: one
+    line before anything is allocated, not a process the kernel kills or an allocator's traceback.
+    source names what set the shape (a file and its keys); flag, how to raise the limit."""
     needed = copies * BYTES_PER_WEIGHT * weights
-    limit = machine_memory() if limit_gib is None else limit_gib * GIB
+    limit, limit_text = memory_limit(limit_gib, flag)
     if needed > limit:
-        limit_text = (f"this machine's memory ({gib_text(limit)}; {flag} GIB sets another limit)"
-                      if limit_gib is None else f"{flag} {limit_gib:g} GiB")
         raise UserError(f"{source}: the model would allocate {gib_text(needed)} ({copies} x {weights:,} float32 "
                         f"weights), more than {limit_text}")
 

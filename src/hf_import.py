@@ -10,7 +10,8 @@ import torch
 from safetensors.torch import load_file
 
 import checkpoints
-from config import CLASSIFICATION_TASKS, Config
+from atomic import check_output_file
+from config import CLASSIFICATION_TASKS, RULES, Config
 from errors import UserError
 from hardware import check_fits_memory
 from hf_export import VARIANT_FIELDS
@@ -126,9 +127,10 @@ def architecture_of(path: Path, config: dict, vocab: Vocab, task: str, weights: 
         raise UserError(f"{path}: {error}") from None
 
 
-def embedding_settings(directory: Path) -> dict | None:
-    """A sentence-transformers directory's pooling (cls or mean) and max_seq_length, as ModelConfig and
-    Config name them; None for a plain transformers directory (no modules.json)."""
+def embedding_settings(directory: Path, max_len: int) -> dict | None:
+    """A sentence-transformers directory's pooling (cls or mean) and max_seq_length (within the
+    position table's max_len), as ModelConfig and Config name them; None for a plain transformers
+    directory (no modules.json)."""
     path = directory / "modules.json"
     if not path.is_file():
         return None
@@ -136,7 +138,7 @@ def embedding_settings(directory: Path) -> dict | None:
         modules = json.loads(read_small_text(path, "the sentence-transformers modules"))
         kinds = [module["type"].rsplit(".", 1)[-1] for module in modules]
         pooling_folder = next(module["path"] for module in modules if module["type"].endswith("Pooling"))
-    except (ValueError, TypeError, KeyError, AttributeError, StopIteration):
+    except (ValueError, TypeError, KeyError, AttributeError, StopIteration, RecursionError):
         raise UserError(f"{path}: expected a list of modules with type and path, a Pooling among them") from None
     extra = [kind for kind in kinds if kind not in EMBEDDING_MODULES]
     if extra:
@@ -148,9 +150,21 @@ def embedding_settings(directory: Path) -> dict | None:
         mode for mode, flag in POOLING_FLAGS.items() if pooling.get(flag)]
     if modes not in (["cls"], ["mean"]):
         raise UserError(f"{pooling_file}: pooling {' + '.join(modes) or 'none'}; this program pools cls or mean")
-    settings = read_json_object(directory / "sentence_bert_config.json", "the sentence-transformers settings") \
-        if (directory / "sentence_bert_config.json").is_file() else {}
-    return {"pooling": modes[0], "seq_len": settings.get("max_seq_length")}
+    return {"pooling": modes[0], "seq_len": cut_length(directory / "sentence_bert_config.json", max_len)}
+
+
+def cut_length(path: Path, max_len: int) -> int:
+    """The length sentence-transformers cuts texts to (max_seq_length, at most max_len): the run's
+    seq-len, so seq-len's rule holds for it, checked here to name the file and its key."""
+    length = read_json_object(path, "the sentence-transformers settings").get("max_seq_length") \
+        if path.is_file() else None
+    if length is None:
+        return max_len
+    rule = RULES["seq_len"]
+    if type(length) is not int or not rule.check(min(length, max_len)):  # `type is`: true is a bool, not a length
+        raise UserError(f"{path}: max_seq_length = {json.dumps(length)}: expected an integer {rule.text} "
+                        f"(it becomes seq-len)")
+    return min(length, max_len)
 
 
 def label_names(config: dict) -> tuple[str, ...]:
@@ -219,16 +233,9 @@ def our_weights(config: dict, weights: dict) -> tuple[dict, list[str]]:
     return weights, []
 
 
-def check_output(output: Path):
-    if output.is_dir():
-        raise UserError(f"-o {output}: a directory; -o takes the checkpoint file to write")
-    if not output.parent.is_dir():
-        raise UserError(f"-o {output}: the folder {output.parent} does not exist")
-
-
 def convert(directory: Path, output: Path, memory_limit: float | None = None) -> dict:
     """memory_limit: GiB the model may take (None: this machine's memory)."""
-    check_output(output)
+    check_output_file(output, "checkpoint file")
     config_file = directory / "config.json"
     config = read_config(directory)
     vocab = read_vocab(directory)
@@ -238,12 +245,12 @@ def convert(directory: Path, output: Path, memory_limit: float | None = None) ->
     check_size(config_file, config, architecture_of(config_file, config, vocab, "encoder", {}), memory_limit)
     weights, unused = our_weights(config, read_weights(directory))
     task = task_of(config, weights)
-    embedding = embedding_settings(directory) if task == "encoder" else None
     architecture = architecture_of(config_file, config, vocab, task, weights)
+    embedding = embedding_settings(directory, architecture.max_len) if task == "encoder" else None
     seq_len = architecture.max_len
     if embedding is not None:  # a sentence-transformers model: its pooling, and the length it cuts texts to
         task, architecture = "embed", dataclasses.replace(architecture, pooling=embedding["pooling"])
-        seq_len = min(embedding["seq_len"] or seq_len, seq_len)
+        seq_len = embedding["seq_len"]
     with torch.device("meta"):  # names and shapes only: the weights are the file's
         model = model_class(task, architecture)(architecture)
     check_shapes(directory, weights, model)

@@ -5,6 +5,7 @@ naming its file and line, or, with --skip-bad-records, skipped and counted.
 """
 import argparse
 import bz2
+import codecs
 import contextlib
 import glob
 import gzip
@@ -219,7 +220,8 @@ def line_batches(stream, batch_bytes: int, cut_at: int | None = None) -> Iterato
     """(the line numbers, the lines without their line ends) about batch_bytes at a time. With cut_at,
     a line longer than that many bytes comes in pieces (byte_pieces) of the same number: where a piece
     ends depends on the line alone, never on batch_bytes, so a one-line corpus streams through."""
-    carry, number = b"", 1
+    # A byte-order mark (Windows editors write one) is not part of the first line.
+    carry, number = stream.read(len(codecs.BOM_UTF8)).removeprefix(codecs.BOM_UTF8), 1
     while block := stream.read(batch_bytes):
         lines = (carry + block).split(b"\n")
         carry = lines.pop()
@@ -295,7 +297,7 @@ def record_text(each: InputFile, number: int, line: bytes, text_field: str, bad:
     where = f"{each}:{number}"
     try:
         record = json.loads(line)
-    except ValueError as error:  # json.JSONDecodeError and UnicodeDecodeError
+    except (ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError; nested thousands deep
         bad.found(where, f"not a JSON record ({getattr(error, 'msg', error)}: {shown(line)})")
         return None
     if not isinstance(record, dict):

@@ -27,7 +27,7 @@ from errors import UserError, exit_on_user_error
 from hardware import select_device
 from ini import load_config
 from optimizer import with_run_length
-from run_start import decay_branch
+from run_start import decay_branch, resumed_decay
 from stop_request import StopRequest
 from trainer import Trainer
 from vocab import load_vocab
@@ -65,10 +65,14 @@ def parse_args(argv):
 
 
 def make_task(config: Config, rank: int = 0, world_size: int = 1):
-    vocab = load_vocab(config.vocab_path)
-    device = select_device(config.device)
-    module, name = TASKS[config.task_type]
-    return getattr(importlib.import_module(module), name)(config, vocab, device, rank, world_size)
+    return task_class(config.task_type)(config, load_vocab(config.vocab_path), select_device(config.device), rank,
+                                        world_size)
+
+
+def task_class(task_type: str) -> type:
+    """The class of a task-type's task, its module imported now."""
+    module, name = TASKS[task_type]
+    return getattr(importlib.import_module(module), name)
 
 
 def run(config: Config, checkpoint: Path | None, test: bool, rank: int = 0, world_size: int = 1, *,
@@ -84,6 +88,8 @@ def run(config: Config, checkpoint: Path | None, test: bool, rank: int = 0, worl
     config = with_run_length(config, len(task.data("train")) if config.epochs else 0, world_size)
     if decay:
         config = decay_branch(config, saved, checkpoint, task.name)
+    elif saved is not None:
+        config = resumed_decay(config, saved, task, switch_training)
     trainer = Trainer(config, task, rank, world_size)
     if test:
         return trainer.test(checkpoint, saved)

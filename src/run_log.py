@@ -17,6 +17,17 @@ from atomic import atomic_write
 from config import Config
 from errors import UserError, naming_a_full_disk
 
+# A metric with no value on the data it was measured on: a correlation where the predictions (or
+# the labels) are all equal, scipy's NaN. It is said so, never plotted, and never a best score.
+UNDEFINED = "undefined (constant predictions or labels)"
+
+
+def metric_text(value) -> str:
+    """A metric as log lines and tables show it: a fraction to 4 places, a count as it is, None as UNDEFINED."""
+    if value is None:
+        return UNDEFINED
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
 
 def create_run_dir(runs_dir: Path, run_id: str = "") -> Path:
     """runs/RUN-ID, which must not exist yet, or runs/runN for the next free N; mkdir is the
@@ -165,6 +176,7 @@ class RunLog:
             self.file.flush()
 
     def scalars(self, step: int, values: dict):
+        values = {name: value for name, value in values.items() if value is not None}  # UNDEFINED: no point
         with self.failing():
             if self.board is not None:
                 self.board.add_scalars(step, values)

@@ -108,8 +108,11 @@ class Target(NamedTuple):
     metric: str
     value: float
 
-    def reached(self, metrics: dict[str, float]) -> bool:
+    def reached(self, metrics: dict[str, float | None]) -> bool:
+        """Whether the validation's metric is at the target; an undefined one (None) is at none."""
         measured = metrics[self.metric]
+        if measured is None:
+            return False
         return measured <= self.value if lower_is_better(self.metric) else measured >= self.value
 
     def __str__(self) -> str:

@@ -47,6 +47,7 @@ class Run:
     own_dir: bool = True  # its directory made for it: removed again if it fails before its first step
     meter: Throughput | None = None  # the training figures since the last log line
     log_sums: dict | None = None  # the meter's sums when the checkpoint a run resumes from was saved
+    decay_branch: bool = False  # --decay-from's run: its lr-scheduler computed at the branch (decay_branch)
 
     @property
     def checkpoints(self) -> Path | None:
@@ -89,6 +90,14 @@ def decay_branch(config: Config, saved: dict, path: Path, task: str) -> Config:
     current = parse_scheduler(config.lr_scheduler)
     shape = current.shape if current.name == "wsd" else stable.shape
     return dataclasses.replace(config, lr_scheduler=f"wsd:{1 - done:.6g}:{shape}")
+
+
+def resumed_decay(config: Config, saved: dict, task: Task, switch_training: bool) -> Config:
+    """The config of a --decay-from run resumed by --cp: its lr-scheduler, which decay_branch
+    computed (wsd:DECAY:SHAPE) and no config file holds, read from the checkpoint, not typed again."""
+    if switch_training or not saved["decay_branch"] or not resumes(saved, task, config):
+        return config
+    return dataclasses.replace(config, lr_scheduler=checkpoints.saved_settings(saved)["lr_scheduler"])
 
 
 def check_same_measure(path: Path, saved_settings: dict, task: Task, config: Config):
@@ -155,6 +164,8 @@ class RunStarter:
     def new_run(self, start: dict | None, start_path: Path | None) -> Run:
         """A run in a new directory, from fresh weights or from those of `start`. The directory
         is removed again if the run cannot start."""
+        if start is not None:
+            self.take_checkpoint_labels(start, kept=False)
         model = self.build_model(start)
         if start is not None:
             checkpoints.check_compatible(start_path, start, self.task.vocab, model.config, new_phase=True)
@@ -210,11 +221,14 @@ class RunStarter:
         run.tokens, run.elapsed, run.start = saved["tokens"], saved["elapsed"], saved["start"]
         run.lineage = saved["lineage"]  # a branch goes on counting its run's steps and tokens: no new stage
         run.resumed_at = run.step
+        run.decay_branch = branch or saved["decay_branch"]
         if branch:
             run.start = str(path.resolve())
             log(f"decaying from {path} at step {run.step}: lr-scheduler = {self.config.lr_scheduler} for this run")
         else:
-            log(f"resuming {path} at step {run.step}")
+            decay = f" with the decay --decay-from gave it: lr-scheduler = {self.config.lr_scheduler}" \
+                if run.decay_branch else ""
+            log(f"resuming {path} at step {run.step}{decay}")
         self.announce(run)
         return run
 
@@ -237,6 +251,13 @@ class RunStarter:
         self.check_model_fits(self.task.model_config(max_len))
         return self.task.build_model(max_len).to(self.device)
 
+    def take_checkpoint_labels(self, checkpoint: dict, kept: bool):
+        """A task whose outputs have names (ner's tags) reads its data against a checkpoint's names,
+        tag by name: a model's labels are part of it (kept: the model is the checkpoint's)."""
+        take = getattr(self.task, "take_checkpoint_labels", None)  # not a part of every Task
+        if take is not None:
+            take(tuple(checkpoint["model_config"]["label_names"]), kept)
+
     def check_model_fits(self, shape: ModelConfig):
         """A model too large for the machine is one line before it is allocated, not a process the
         kernel kills: float32 weights, gradients and AdamW's two moments."""
@@ -246,6 +267,7 @@ class RunStarter:
 
     def restored_model(self, saved: dict, path: Path) -> nn.Module:
         """The task's model with every weight of a checkpoint of this task."""
+        self.take_checkpoint_labels(saved, kept=True)
         model = self.build_model(saved)
         checkpoints.check_compatible(path, saved, self.task.vocab, model.config)
         checkpoints.load_weights(model, saved["model"], path)

@@ -2,8 +2,8 @@
 answers' texts and character starts, read from SQuAD's JSON or Hugging Face's parquet layout and
 checked (a bad value is one line naming the file and the question), then encoded as BERT reads them:
 `[CLS] question [SEP] context window [SEP]`, a long context cut into windows that overlap by
-doc-stride pieces (as transformers' run_qa.py cuts them), the answer's first and last piece in
-each window that holds it, else [CLS].
+doc-stride pieces (the windows of transformers' run_qa.py, its tokenizer's overflow), the answer's
+first and last piece in each window that holds it whole, else [CLS].
 """
 import json
 from dataclasses import dataclass
@@ -62,17 +62,29 @@ def read_split(directory: Path, task: str, split: str) -> Questions:
         if task == "squad" and unanswered is not None:
             raise UserError(f"{path}: question {unanswered} has no answer; squad (v1.1) answers every question "
                             f"(task-type = squad_v2 takes unanswerable ones)")
+    check_unique_ids(files, parts)
     return Questions(*(sum((getattr(part, name) for part in parts), []) for name in
                        ("ids", "questions", "contexts", "answers")), tuple(files))
+
+
+def check_unique_ids(files: list[Path], parts: list[Questions]) -> None:
+    """Every question's id once over the split's files: predictions and scores are keyed by id, so a
+    second question of one id would be scored against the other's gold answers."""
+    seen = set()
+    for path, part in zip(files, parts):
+        for qid in part.ids:
+            if qid in seen:
+                raise UserError(f"{path}: question id {qid} is used twice; SQuAD's ids name one question each")
+            seen.add(qid)
 
 
 def read_json(path: Path) -> Questions:
     """SQuAD's layout: data -> paragraphs -> context and qas (id, question, answers, is_impossible)."""
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(path.read_text(encoding="utf-8-sig"))
         paragraphs = [(paragraph["context"], qa) for article in document["data"]
                       for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
-    except (OSError, UnicodeDecodeError, ValueError) as error:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:  # RecursionError: nested thousands deep
         raise UserError(f"{path}: not a readable SQuAD JSON file ({error.__class__.__name__})") from None
     except (KeyError, TypeError) as error:
         raise UserError(f"{path}: not SQuAD's layout (data -> paragraphs -> context, qas): {error} missing") from None
@@ -105,19 +117,33 @@ def read_parquet(path: Path) -> Questions:
 
 
 def checked(path: Path, rows: list[tuple]) -> Questions:
-    """Every question non-empty, every context too, every answer where its answer_start says."""
+    """Every question non-empty, every context too, every answer a text inside the context where its
+    answer_start says."""
     for qid, question, context, answers in rows:
         if not isinstance(question, str) or not question.strip():
             raise UserError(f"{path}: question {qid}: an empty question")
         if not isinstance(context, str) or not context.strip():
             raise UserError(f"{path}: question {qid}: an empty context")
         for text, start in answers:
-            if not isinstance(start, int) or not isinstance(text, str) or context[start:start + len(text)] != text:
-                raise UserError(f"{path}: question {qid}: answer_start {start} does not point at its text {text!r} "
-                                f"in the context")
+            problem = misplaced_answer(context, text, start)
+            if problem:
+                raise UserError(f"{path}: question {qid}: {problem}")
     if not rows:
         raise UserError(f"{path}: no question")
     return Questions(*(list(column) for column in zip(*rows)), (path,))
+
+
+def misplaced_answer(context: str, text, start) -> str | None:
+    """Why an answer is not a text inside the context at answer_start (as SQuAD's scripts assume), or
+    None. A negative start would slice from the context's end, and an empty text has no piece to
+    label: both would train as unanswerable."""
+    if not isinstance(text, str) or not text.strip():
+        return f"an answer with empty text {text!r} at answer_start {start}"
+    if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= len(context) - len(text):
+        return f"answer_start {start!r} of {text!r} is not inside the context ({len(context)} characters)"
+    if context[start:start + len(text)] != text:
+        return f"answer_start {start} does not point at its text {text!r} in the context"
+    return None
 
 
 # ----------------------------------------------------------------------------- encoding
@@ -148,12 +174,15 @@ class EncodedQuestions:
 
 def context_windows(pieces: int, room: int, overlap: int) -> list[tuple[int, int]]:
     """(first, end) piece ranges of at most `room` pieces covering `pieces`, each starting
-    room - overlap after the one before (overlap: run_qa's doc_stride), the last reaching the end."""
-    if pieces <= room:
-        return [(0, pieces)]
+    room - overlap after the one before (overlap: run_qa's doc_stride), up to the first that reaches
+    the end. This is how tokenizers cuts an overflowing second text (run_qa.py's windows): the last
+    window holds what remains, often fewer than `room` pieces."""
     step = room - overlap
-    starts = list(range(0, pieces - room, step)) + [pieces - room]
-    return [(start, start + room) for start in starts]
+    windows = [(0, min(room, pieces))]
+    while windows[-1][1] < pieces:
+        start = windows[-1][0] + step
+        windows.append((start, min(start + room, pieces)))
+    return windows
 
 
 def answer_pieces(offsets: np.ndarray, start: int, end: int) -> tuple[int, int] | None:

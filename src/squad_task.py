@@ -2,12 +2,13 @@
 questions; task.Task). squad_data.py reads and encodes the data, squad_metrics.py scores as SQuAD's
 official scripts do.
 
-The model gives every token a start and an end logit. A question's answer is its best legal span
-over all its windows: start and end among the window's n best, inside the context, the end not
-before the start, at most max-answer-length pieces, the start in the window where it has the most
-context; its score is the two logits' sum. For squad_v2 the no-answer score is [CLS]'s (the lowest
-over the windows), and the answer is empty where it beats the best span by null-score-threshold.
-best.pt goes by F1.
+The model gives every token a start and an end logit. A question's answer is chosen as
+transformers' run_qa.py chooses it (postprocess_qa_predictions in its utils_qa.py): in each window
+a start among the window's 20 highest start logits and an end among its 20 highest end logits
+([CLS] and the question's pieces among them), both in the context, the end not before the start,
+at most max-answer-length pieces; the best such span over all the windows by the two logits' sum.
+For squad_v2 the no-answer score is [CLS]'s (the lowest over the windows), and the answer is empty
+where it beats the best span's by more than null-score-threshold. best.pt goes by F1.
 """
 from dataclasses import dataclass
 
@@ -22,7 +23,6 @@ from hardware import to_device
 from model import BertForQuestionAnswering, ModelConfig, model_config
 from squad_data import EncodedQuestions, Questions
 from squad_metrics import squad_scores
-from token_data import best_windows
 from window_task import WindowTask
 
 SPLITS = {"train": "train", "val": "validation", "test": "test"}
@@ -69,37 +69,42 @@ def best_answers(data: QuestionSplit, logits: dict[int, tuple[np.ndarray, np.nda
     answers = {}
     for question, windows in by_question.items():
         best, best_score, null_score = (0, 0), -np.inf, np.inf
-        context, offsets = data.questions.contexts[question], data.windows.offsets[question]
-        spans = [(int(data.windows.first_pieces[w]), int(data.windows.first_pieces[w] + data.windows.lengths[w]
-                  - data.windows.window_offsets[w] - 1)) for w in windows]
-        most_context = best_windows(spans, len(offsets))
-        for number, window in enumerate(windows):
+        for window in windows:
             start_logits, end_logits = logits[window]
             null_score = min(null_score, float(start_logits[0] + end_logits[0]))
-            span, score = best_span(start_logits, end_logits, data.windows, window, max_answer_length,
-                                    most_context == number)
-            if score > best_score:
+            span, score = best_span(start_logits, end_logits, data.windows, window, max_answer_length)
+            if score > best_score:  # an earlier window wins a tie, as in run_qa's stable sort
                 best, best_score = span, score
+        context, offsets = data.questions.contexts[question], data.windows.offsets[question]
         text = context[offsets[best[0], 0]:offsets[best[1], 1]] if best_score > -np.inf else ""
         answers[question] = Answer(text, best_score, null_score)
     return answers
 
 
 def best_span(start_logits: np.ndarray, end_logits: np.ndarray, windows: EncodedQuestions, window: int,
-              max_answer_length: int, starts_here: np.ndarray) -> tuple[tuple[int, int], float]:
-    """The window's best (first, last) context pieces and their score, among its N_BEST starts and
-    ends; a span starts only at a piece of starts_here (the context's pieces this window scores)."""
+              max_answer_length: int) -> tuple[tuple[int, int], float]:
+    """The window's best (first, last) context pieces and their score ((0, 0), -inf where none is
+    legal): a start among the window's N_BEST highest start logits and an end among its N_BEST
+    highest end logits, both in the context, the end not before the start, the span at most
+    max_answer_length pieces. Padding is not ranked: a window's logits end at its length."""
     offset, first = int(windows.window_offsets[window]), int(windows.first_pieces[window])
-    context_end = int(windows.lengths[window]) - 1  # the closing [SEP]
-    best, best_score = (0, 0), -np.inf
-    for start in np.argsort(start_logits[offset:context_end])[::-1][:N_BEST] + offset:
-        if not starts_here[first + start - offset]:
-            continue
-        for end in np.argsort(end_logits[start:min(context_end, start + max_answer_length)])[::-1][:N_BEST] + start:
-            score = float(start_logits[start] + end_logits[end])
-            if score > best_score:
-                best, best_score = (first + start - offset, first + end - offset), score
-    return best, best_score
+    length = int(windows.lengths[window])
+    context_end = length - 1  # the closing [SEP]
+    starts, ends = np.meshgrid(highest(start_logits[:length]), highest(end_logits[:length]), indexing="ij")
+    legal = (starts >= offset) & (starts <= ends) & (ends < context_end) & (ends - starts < max_answer_length)
+    if not legal.any():
+        return (0, 0), -np.inf
+    scores = np.where(legal, start_logits[starts] + end_logits[ends], -np.inf)
+    # the first best in start-major order, the order run_qa.py lists its candidates in
+    row, column = np.unravel_index(np.argmax(scores), scores.shape)
+    start, end = int(starts[row, column]), int(ends[row, column])
+    return (first + start - offset, first + end - offset), float(scores[row, column])
+
+
+def highest(logits: np.ndarray) -> np.ndarray:
+    """The positions of the N_BEST highest logits, highest first (run_qa.py's expression, so that ties
+    fall as they fall there)."""
+    return np.argsort(logits)[-1:-N_BEST - 1:-1]
 
 
 class QuestionAnsweringTask(WindowTask):

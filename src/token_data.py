@@ -11,6 +11,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -64,25 +65,51 @@ def find_files(directory: Path, split: str) -> list[Path]:
                     f"also {', '.join(TEXT_FILES[split][1:])})")
 
 
-def read_split(directory: Path, split: str, tag_column: str, label_names: tuple[str, ...] = ()) -> TaggedSentences:
-    """A split's sentences. label_names: the tags' names in the model's order, from the training split or
-    a checkpoint; () for the training split of a text layout (its tags, O first, then sorted)."""
+class ReadTags(NamedTuple):
+    """A file's sentences as read: words, tag names and where each tag stands (`unit` `place`)."""
+    words: list[list[str]]
+    tags: list[list[str]]
+    places: list[list[int]]
+    unit: str  # line (text) or row (parquet)
+    declared: tuple[str, ...]  # a parquet file's names of its tag ids, in their order; () in text
+
+
+def read_split(directory: Path, split: str, tag_column: str, label_names: tuple[str, ...] = (),
+               id_names: tuple[str, ...] = (), whose: str = "the model's") -> TaggedSentences:
+    """A split's sentences, each tag matched by name to label_names: the model's labels in its order
+    (a checkpoint's, `labels` or the training split's); () for the training split of a new model,
+    which names them itself (a text layout's tags, O first, then sorted; a parquet file's metadata).
+    id_names: the names of a parquet file's tag ids (`labels`), over its metadata. whose: the labels'
+    owner, as an error names them."""
     files = find_files(Path(directory), split)
     if files[0].suffix == ".parquet":
-        parts = [read_parquet(path, tag_column, label_names) for path in files]
-        names = label_names or parts[0][2]
-        words = [sentence for part in parts for sentence in part[0]]
-        tags = [sentence for part in parts for sentence in part[1]]
-        return TaggedSentences(words, tags, names, tuple(files))
-    words, tag_names, lines = read_text(files[0], tag_column)
-    names = label_names or ordered_labels({tag for sentence in tag_names for tag in sentence})
+        parts = [read_parquet(path, tag_column, id_names) for path in files]
+        names = label_names or parts[0].declared
+    else:
+        parts = [read_text(files[0], tag_column)]
+        names = label_names or ordered_labels({tag for sentence in parts[0].tags for tag in sentence})
+    words, tags = [], []
+    for path, part in zip(files, parts):
+        words += part.words
+        tags += tag_ids(path, part, names, whose)
+    return TaggedSentences(words, tags, names, tuple(files))
+
+
+def tag_ids(path: Path, part: ReadTags, names: tuple[str, ...], whose: str) -> list[list[int]]:
+    """Each sentence's tags as ids of `names`, by name: the ids' order in a file never decides what a
+    tag means. A tag outside `names` is one line naming each such tag where it first stands."""
     ids = {name: number for number, name in enumerate(names)}
-    for tags, line_numbers in zip(tag_names, lines):
-        for tag, line in zip(tags, line_numbers):
+    unknown = {}
+    for sentence, places in zip(part.tags, part.places):
+        for tag, place in zip(sentence, places):
             if tag not in ids:
-                raise UserError(f"{files[0]}: line {line}: tag {tag!r} is not one of the model's labels "
-                                f"({', '.join(names)})")
-    return TaggedSentences(words, [[ids[tag] for tag in tags] for tags in tag_names], names, tuple(files))
+                unknown.setdefault(tag, place)
+    if unknown:
+        shown = [f"{tag} ({part.unit} {place})" for tag, place in list(unknown.items())[:8]]
+        more = f" and {len(unknown) - 8} more" if len(unknown) > 8 else ""
+        raise UserError(f"{path}: {'tag' if len(unknown) == 1 else 'tags'} {', '.join(shown)}{more} "
+                        f"{'is' if len(unknown) == 1 else 'are'} not among {whose} labels ({', '.join(names)})")
+    return [[ids[tag] for tag in sentence] for sentence in part.tags]
 
 
 def ordered_labels(tags: set[str]) -> tuple[str, ...]:
@@ -106,11 +133,11 @@ def text_column(tag_column: str, path: Path) -> int | None:
                     f"pos_tags, chunk_tags or a column number from 2")
 
 
-def read_text(path: Path, tag_column: str) -> tuple[list[list[str]], list[list[str]], list[list[int]]]:
+def read_text(path: Path, tag_column: str) -> ReadTags:
     """Words, tag names and line numbers of each sentence of a CoNLL text file."""
     column = text_column(tag_column, path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as error:
         raise UserError(f"{path}: cannot read ({error})") from None
     sentences, current = [], []  # current: (word, tag, line number) of the sentence being read
@@ -129,11 +156,12 @@ def read_text(path: Path, tag_column: str) -> tuple[list[list[str]], list[list[s
         sentences.append(current)
     if not sentences:
         raise UserError(f"{path}: no sentence (expected a word and its tag per line)")
-    return tuple([[entry[part] for entry in sentence] for sentence in sentences] for part in range(3))
+    words, tags, lines = ([[entry[part] for entry in sentence] for sentence in sentences] for part in range(3))
+    return ReadTags(words, tags, lines, "line", ())
 
 
-def read_parquet(path: Path, tag_column: str, label_names: tuple[str, ...]):
-    """Words and tag ids of each row, and the tags' names (label_names, else the file's metadata)."""
+def read_parquet(path: Path, tag_column: str, id_names: tuple[str, ...]) -> ReadTags:
+    """Words and tag names of each row, the ids named by id_names, else by the file's metadata."""
     try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowException) as error:
@@ -141,7 +169,8 @@ def read_parquet(path: Path, tag_column: str, label_names: tuple[str, ...]):
     for name in ("tokens", tag_column):
         if name not in table.column_names:
             raise UserError(f"{path}: missing column {name} (columns: {', '.join(table.column_names)})")
-    names = label_names or metadata_label_names(table.schema, tag_column)
+    names = id_names or metadata_label_names(table.schema, tag_column)
+    check_unique(names, f"{path}: the Hugging Face metadata of {tag_column}")
     if not names:
         raise UserError(f"{path}: column {tag_column} holds tag ids without their names (no Hugging Face "
                         f"metadata): give them in order with labels = O,B-PER,I-PER,...")
@@ -158,7 +187,8 @@ def read_parquet(path: Path, tag_column: str, label_names: tuple[str, ...]):
         if any(not isinstance(word, str) or not word for word in sentence):
             raise UserError(f"{path}: row {row}: an empty or missing word in tokens")
     kept = [row for row, sentence in enumerate(words) if sentence]
-    return [words[row] for row in kept], [tags[row] for row in kept], names
+    return ReadTags([words[row] for row in kept], [[names[tag] for tag in tags[row]] for row in kept],
+                    [[row + 1] * len(words[row]) for row in kept], "row", names)
 
 
 def metadata_label_names(schema: pa.Schema, column: str) -> tuple[str, ...]:
@@ -172,7 +202,16 @@ def metadata_label_names(schema: pa.Schema, column: str) -> tuple[str, ...]:
 
 def parse_labels(text: str) -> tuple[str, ...]:
     """The `labels` key: tag names separated by commas."""
-    return tuple(name for name in re.split(r"\s*,\s*", text.strip()) if name)
+    names = tuple(name for name in re.split(r"\s*,\s*", text.strip()) if name)
+    check_unique(names, f"labels = {text.strip()}")
+    return names
+
+
+def check_unique(names: tuple[str, ...], where: str):
+    """Each output's name its own: two ids of one name would leave one output never trained."""
+    twice = sorted({name for name in names if names.count(name) > 1}, key=names.index)
+    if twice:
+        raise UserError(f"{where}: {', '.join(twice)} named twice; each label needs a name of its own")
 
 
 # ----------------------------------------------------------------------------- encoding

@@ -3,7 +3,8 @@ all. token_data.py reads and encodes the data, entity_metrics.py scores it as co
 
 A word's label sits on its first word piece; the others have none in the loss and take the first
 one's prediction. A sentence longer than seq-len is read in overlapping windows, each word scored
-in the window where it has the most context. best.pt goes by the entity-level F1.
+in the window where it has the most context. best.pt goes by the entity-level F1. A model's labels
+are part of it: a checkpoint's are matched to the data's tags by name, never by their ids' order.
 """
 
 import numpy as np
@@ -59,16 +60,45 @@ class TokenClassificationTask(WindowTask):
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         super().__init__(config, vocab, device, rank, world_size)
-        self.label_names = token_data.parse_labels(config.labels)  # each split is read against them
-        self.label_names = self.data("train").sentences.label_names  # those given, else the training split's
+        self.ids_named = token_data.parse_labels(config.labels)  # what a parquet file's tag ids mean
+        self.names = self.ids_named or None  # the model's labels: None until the training split names them
+        self.whose = "the model's"  # the labels' owner, as a refused tag's error names them
+
+    @property
+    def label_names(self) -> tuple[str, ...]:
+        """The model's outputs' names, in its order: a checkpoint's (take_checkpoint_labels), else
+        `labels`, else the training split's; each split is read against them, tag by name."""
+        if self.names is None:
+            self.names = self.data("train").sentences.label_names
+        return self.names
 
     @property
     def num_labels(self) -> int:
         return len(self.label_names)
 
+    def take_checkpoint_labels(self, names: tuple[str, ...], kept: bool):
+        """The data is read against a checkpoint's labels, tag by name: always where its model is kept
+        (resumed, scored), so a tag it lacks is refused; in a new run from its weights where they cover
+        the data, so its head goes on (other tags get a new head: checkpoints.load_pretrained)."""
+        if not names or not kept and not self.covered_by(names):
+            return
+        if names != self.names:
+            self.splits = {}  # read under other names
+        self.names, self.whose = names, "the checkpoint's"
+
+    def covered_by(self, names: tuple[str, ...]) -> bool:
+        """Whether a new run's tags are among a checkpoint's labels: `labels`, where given, as a set
+        (another set asks for a new head); else every tag the training split uses."""
+        if self.ids_named:
+            return set(self.ids_named) == set(names)
+        sentences = self.data("train").sentences
+        return {sentences.label_names[tag] for tags in sentences.tags for tag in tags} <= set(names)
+
     def read_split(self, split: str) -> TaggedSplit:
-        sentences = self.kept(token_data.read_split(self.config.glue_path, SPLITS[split], self.config.tag_column,
-                                                    self.label_names), split, "sentences")
+        names = (self.names or ()) if split == "train" else self.label_names  # the training split names a new model's
+        sentences = token_data.read_split(self.config.glue_path, SPLITS[split], self.config.tag_column, names,
+                                          self.ids_named, self.whose)
+        sentences = self.kept(sentences, split, "sentences")
         return TaggedSplit(sentences, token_data.encode_sentences(self.vocab, sentences, self.config.seq_len))
 
     def model_config(self, max_len: int | None = None) -> ModelConfig:

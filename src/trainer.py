@@ -27,7 +27,7 @@ from run_plan import parse_mask_rate, parse_target
 from errors import UserError
 from model import flops_per_token
 from optimizer import in_stable_phase, learning_rate, mask_rate, micro_batches, sequence_length
-from run_log import RunLog
+from run_log import RunLog, metric_text
 from run_start import Run, RunStarter
 from stop_request import StopRequest
 from task import Task
@@ -207,7 +207,7 @@ class Trainer:
             mfu = self.remeasure_peak(run, meter, mfu)
         metrics = {name: value for name, value in self.task.metrics(loss, statistics).items() if name != "loss"}
         line = f"step {run.step} | loss {loss:.4f} | lr {run.lr:.2e} | {tokens_per_sec:,.0f} tok/s | mfu {mfu:.1%}"
-        line += "".join(f" | {name} {value:.4f}" for name, value in metrics.items())
+        line += "".join(f" | {name} {metric_text(value)}" for name, value in metrics.items())
         shown = {"loss": f"{loss:.3f}"}
         if self.mask_rate_falls:
             line += f" | mask rate {run.mask_rate:.3f}"
@@ -241,7 +241,8 @@ class Trainer:
         # Past DDP: evaluation needs no gradient sync, and ranks may see different batch counts.
         model = run.compiled.module if isinstance(run.compiled, DistributedDataParallel) else run.compiled
         metrics = task.evaluate(model, task.eval_batches("val", self.config.val_iters), self.autocast)
-        run.log(f"step {run.step} | " + " | ".join(f"val {name} {shown(value)}" for name, value in metrics.items()))
+        run.log(f"step {run.step} | " + " | ".join(f"val {name} {metric_text(value)}"
+                                                   for name, value in metrics.items()))
         if not math.isfinite(metrics["loss"]):  # never a best checkpoint, nor one to resume
             raise UserError(f"validation loss is not finite (nan or inf) at step {run.step}: run stopped; "
                             f"the last good checkpoint is in {run.checkpoints}")
@@ -250,8 +251,9 @@ class Trainer:
         run.log.scalars(run.step, scalars)
         if self.rank == 0:
             run.log(task.show_predictions(model, self.autocast))
-        score = float(metrics[task.best_metric])  # a numpy scalar would not load with weights_only
-        if run.best is None or (score < run.best if task.lower_is_better else score > run.best):
+        score = metrics[task.best_metric]
+        score = None if score is None else float(score)  # a numpy scalar would not load with weights_only
+        if improves(score, run.best, task.lower_is_better):
             run.best = score
             self.save(run, "best")
         self.save(run, "latest")
@@ -272,7 +274,7 @@ class Trainer:
                 step=run.step, tokens=run.tokens, optimizer=run.optimizer.state_dict(),
                 data_position=run.position, rng_per_rank=rng_per_rank, best=run.best, elapsed=run.elapsed,
                 data=self.task.data_source, start=run.start, lineage=run.lineage,
-                log_sums_per_rank=[sums for _, sums in per_rank])
+                log_sums_per_rank=[sums for _, sums in per_rank], decay_branch=run.decay_branch)
             if kind == "best":
                 checkpoints.save(directory / "best.pt", state)
             else:
@@ -338,8 +340,15 @@ def cut_rows(batch: dict, length: int) -> dict:
     return {**batch, "input_ids": ids, "attention_mask": mask}
 
 
-def shown(value) -> str:
-    return f"{value:.4f}" if isinstance(value, float) else str(value)
+def improves(score: float | None, best: float | None, lower_is_better: bool) -> bool:
+    """Whether a validation's score makes its checkpoint best.pt. An undefined score (None: a
+    correlation of constant predictions) is no score: it beats none, and any score beats it; until
+    a score is defined, the latest checkpoint is best.pt, so a run always leaves one."""
+    if best is None:
+        return True
+    if score is None:
+        return False
+    return score < best if lower_is_better else score > best
 
 
 def unwrap(model: nn.Module) -> nn.Module:

@@ -191,7 +191,7 @@ def read_small_text(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
             data = file.read(limit + 1)
         if len(data) > limit:
             raise UserError(f"{path}: cannot read {what} (larger than {limit / 2**20:.0f} MiB)")
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")  # a byte-order mark is not part of the first token or key
     except (OSError, UnicodeDecodeError) as error:
         raise UserError(f"{path}: cannot read {what} ({error.__class__.__name__}: {error})") from None
 
@@ -200,7 +200,7 @@ def read_json_object(path: Path, what: str) -> dict:
     """A small JSON file holding an object (config.json, tokenizer.json, tokenizer_config.json)."""
     try:
         value = json.loads(read_small_text(path, what))
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:  # RecursionError: nested thousands deep
         raise UserError(f"{path}: cannot read {what} (not JSON: {error})") from None
     if not isinstance(value, dict):
         raise UserError(f"{path}: cannot read {what} (expected a JSON object, found {type(value).__name__})")

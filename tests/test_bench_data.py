@@ -31,3 +31,12 @@ def test_a_missing_corpus_or_vocabulary_is_one_line_and_exit_2(imdb_corpus, voca
             main(arguments)
         errors = capsys.readouterr().err.strip().splitlines()
         assert exit_info.value.code == 2 and len(errors) == 1 and named in errors[0]
+
+
+@pytest.mark.parametrize("scales", [["0"], ["1", "-2"]])
+def test_a_corpus_size_below_1_is_named_as_scales(imdb_corpus, vocab_dir, tmp_path, capsys, scales):
+    with pytest.raises(SystemExit) as exit_info:
+        bench_data.main(["-i", str(imdb_corpus), "-v", str(vocab_dir), "--scales", *scales, "--workdir", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"error: --scales {' '.join(scales)}: expected corpus sizes of at least 1\n"
+    assert not any(tmp_path.iterdir())

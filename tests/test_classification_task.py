@@ -435,6 +435,29 @@ def test_stsb_regression_learns_a_simple_signal(glue_workdir, sentences, capsys)
     assert glue_metrics.pearson(labels, predicted) == pytest.approx(metrics["pearson"], abs=1e-3)
 
 
+def test_an_stsb_validation_of_constant_predictions_is_undefined_not_a_score(glue_workdir, sentences, monkeypatch):
+    """A collapsed regressor (every prediction equal) has no correlation: the log says so in words, as
+    scipy's NaN does, TensorBoard gets no point, and best.pt holds no score (the latest stands in)."""
+    stsb = glue_workdir / "datasets" / "stsb"
+    columns = glue_tasks.TASKS["stsb"].text_columns
+    write_parquet_pairs(stsb, "train", columns, similar_pairs(sentences[:64], 5.0, 0.0))
+    write_parquet_pairs(stsb, "validation", columns, similar_pairs(sentences[-32:], 5.0, 0.0))
+    monkeypatch.setattr(ClassificationTask, "predicted", lambda self, logits: torch.zeros(len(logits)))
+    run_dir = fine_tune("stsb", max_iters=4, lr_decay_iters=4, val_interval=2)
+    log = (run_dir / "logs" / "log.txt").read_text()
+    undefined = "undefined (constant predictions or labels)"
+    validation_lines = [line for line in log.splitlines() if " | val " in line]
+    assert len(validation_lines) == 2 and all(f"val pearson {undefined} | val spearman {undefined} | val score "
+                                              f"{undefined}" in line for line in validation_lines)
+    assert "pearson 0.0000" not in log
+    best = checkpoints.load(run_dir / "checkpoints" / "best.pt")
+    assert best["best"] is None and best["step"] == 4
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    events = EventAccumulator(str(run_dir / "logs"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert "val/loss" in events.Tags()["scalars"] and "val/pearson" not in events.Tags()["scalars"]
+
+
 def write_mnli_tsv(path: Path, pairs: tuple[list, list, list]):
     """The GLUE distribution's MNLI columns that count, labels as names."""
     path.parent.mkdir(parents=True, exist_ok=True)

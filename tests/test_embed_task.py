@@ -202,6 +202,24 @@ def test_the_model_learns_to_find_passages_tests_and_embeds_a_file(embed_base, t
     assert message == f"error: --embeddings {texts}: not a .npy array (this script's -o writes one)"
 
 
+def test_an_output_embed_py_cannot_write_is_one_line_before_the_model_is_read(tmp_path, capsys):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a dull horror film\n")
+    never_read = tmp_path / "no.pt"
+    for output, message in ((tmp_path / "missing" / "x.npy", f"the folder {tmp_path / 'missing'} does not exist"),
+                            (tmp_path, "a directory; -o takes the .npy file to write")):
+        arguments = ["--cp", str(never_read), "-i", str(texts), "-o", str(output)]
+        line = one_error_line(capsys, lambda arguments=arguments: embed.main(arguments))
+        assert line == f"error: -o {output}: {message}"
+
+
+def test_stored_embeddings_in_an_npz_archive_are_one_line(tmp_path):
+    np.savez(tmp_path / "texts.npz", vectors=np.zeros((3, 64), dtype=np.float32))
+    with pytest.raises(UserError, match=re.escape(f"--embeddings {tmp_path / 'texts.npz'}: a .npz archive, not a "
+                                                  f".npy array (this script's -o writes one)")):
+        embed.stored_embeddings(tmp_path / "texts.npz", 3, 64)
+
+
 def test_a_run_resumes_exactly_mid_epoch(embed_base, tmp_path, monkeypatch, keep_signal_handlers):
     settings = {"lr_decay_iters": 8, "val_interval": 4, "val_dataset_percentage": 0.2}
     assert_resumes_exactly_mid_epoch(lambda name: embed_workdir(embed_base, tmp_path / name, **settings),
@@ -290,3 +308,18 @@ def test_a_published_sentence_transformers_model_imports_and_embeds_as_sentence_
     assert checkpoint["config"]["seq-len"] == 256 and model.config.pooling == "mean"
     theirs = sentence_transformers.SentenceTransformer(str(published_uncased_model()), device="cpu").encode(texts)
     np.testing.assert_allclose(embed_texts(model, vocab, texts, 256), theirs, atol=1e-5)
+
+
+@pytest.mark.parametrize("length", ['"abc"', "4", "true"])
+def test_a_bad_max_seq_length_is_one_line_naming_the_file_and_key(tmp_path, capsys, length):
+    """The length becomes the run's seq-len: seq-len's rule, said of the key the file holds."""
+    model = tmp_path / "minilm"
+    shutil.copytree(published_uncased_model(), model, copy_function=lambda source, target: Path(target).symlink_to(
+        Path(source).resolve()))
+    settings = model / "sentence_bert_config.json"
+    settings.unlink()
+    settings.write_text(f'{{"max_seq_length": {length}, "do_lower_case": false}}')
+    line = one_error_line(capsys, lambda: import_hf.main(["-i", str(model), "-o", str(tmp_path / "x.pt")]))
+    assert line == (f"error: {settings}: max_seq_length = {length}: expected an integer in [8, 2048] "
+                    "(it becomes seq-len)")
+    assert not (tmp_path / "x.pt").exists()

@@ -4,6 +4,7 @@ import errno
 import signal
 
 import pytest
+from safetensors import SafetensorError
 
 from errors import (UserError, exit_on_user_error, interrupt_quietly_while_starting, interrupted_while_starting,
                     naming_a_full_disk, no_space_left)
@@ -81,6 +82,14 @@ def test_no_space_left_follows_the_chain_of_causes():
     wrapped.__cause__.__context__ = full_disk()
     assert no_space_left(wrapped) and no_space_left(full_disk())
     assert not no_space_left(RuntimeError("outer")) and not no_space_left(OSError(errno.EACCES, "denied"))
+
+
+def test_a_full_disk_in_a_rust_librarys_error_is_one_line(capsys):
+    """safetensors (and tokenizers) raise their own kind, the OS error only in its message."""
+    def main():
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+    assert exit_of(main, capsys) == (2, "error: no space left on device\n")
+    assert not no_space_left(SafetensorError("Error while serializing: I/O error: Permission denied (os error 13)"))
 
 
 def test_main_hands_ctrl_c_back_to_keyboard_interrupt_after_starting(keep_signal_handlers):

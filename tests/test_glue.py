@@ -374,3 +374,48 @@ def test_named_entities_squad_and_embeddings_join_the_table(checkpoint, imdb_cor
     squad = next(run["metrics"] for run in report["runs"] if run["task"] == "squad")
     assert report["medians"]["squad"]["f1"] == pytest.approx(squad["f1"] / 100)  # the table's fractions
     assert report["leaderboard_average"] is None and not (tmp_path / "out" / "submission").exists()
+
+
+def test_a_task_whose_settings_do_not_fit_its_data_stops_the_runner_before_any_run(checkpoint, imdb_corpus,
+                                                                                  tmp_path, capsys):
+    """SQuAD's doc-stride 128 beside --seq-len 64 leaves no room for windows: refused before NER's run
+    trains, as the run itself would refuse it (each task's data read with its settings)."""
+    import make_ner_demo
+    import make_qa_demo
+    data = tmp_path / "data"
+    make_ner_demo.make_ner_demo(imdb_corpus, data / "ner", limit=100)
+    make_qa_demo.make_qa_demo(imdb_corpus, data, limit=100)
+    recipe = tmp_path / "recipe.ini"
+    recipe.write_text(RECIPE + "\n[squad]\ndoc-stride = 128\n", encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_info:
+        load_runner().main(["--cp", str(checkpoint), "--glue-dir", str(data), "--tasks", "ner", "squad",
+                            "--seq-len", "64", "--recipe", str(recipe), "--seeds", "1", "-o", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("error: squad: seq-len = 64 leaves") and "doc-stride" in error and "\n" not in error
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_seed_whose_correlation_is_undefined_is_said_and_not_counted_as_a_score(tmp_path):
+    """STS-B's Pearson of constant predictions is None (undefined): the median is over the seeds with a
+    score, the table says how many had none, and the averages are undefined where a median is."""
+    runner = load_runner()
+    stsb = [{"task": "stsb", "seed": seed, "predictions": {}, "metrics": {"pearson": value, "spearman": value}}
+            for seed, value in ((1, 0.8), (2, None), (3, 0.6))]
+    facts = runner.summary(stsb)
+    assert facts["medians"]["stsb"] == {"pearson": pytest.approx(0.7), "spearman": pytest.approx(0.7)}
+    assert facts["undefined_seeds"]["stsb"]["pearson"] == 1
+    args = runner.parse_args(["--cp", "x.pt", "--glue-dir", "glue", "--tasks", "stsb", "--seeds", "3"])[0]
+    table = runner.table(stsb, args)
+    assert "| stsb | pearson | 70.0 | 60.0-80.0; 1 of 3 seeds undefined (constant predictions or labels), " \
+           "left out |" in table
+    collapsed = [result | {"metrics": {"pearson": None, "spearman": None}} for result in stsb]
+    assert runner.summary(collapsed)["medians"]["stsb"] == {"pearson": None, "spearman": None}
+    assert "| stsb | pearson | undefined | undefined (constant predictions or labels) in all 3 seeds |" in \
+        runner.table(collapsed, args)
+    for seed in (1, 2):
+        (tmp_path / f"seed{seed}.tsv").write_text(f"index\tprediction\n0\t{seed}\n")
+    scored = [collapsed[0] | {"predictions": {"STS-B.tsv": str(tmp_path / "seed1.tsv")}},
+              stsb[2] | {"seed": 2, "predictions": {"STS-B.tsv": str(tmp_path / "seed2.tsv")}}]
+    runner.write_submission(scored, tmp_path / "out")  # the seed with a score, not the undefined one
+    assert (tmp_path / "out" / "submission" / "STS-B.tsv").read_text() == "index\tprediction\n0\t2\n"

@@ -15,7 +15,18 @@ def test_correlations_match_scipy_with_ties():
     predictions = np.round(labels + rng.normal(0, 1, 200), 1)
     assert pearson(labels, predictions) == pytest.approx(pearsonr(labels, predictions)[0], abs=1e-12)
     assert spearman(labels, predictions) == pytest.approx(spearmanr(labels, predictions)[0], abs=1e-12)
-    assert pearson(labels, np.full(200, 2.5)) == 0.0  # scipy: NaN and a warning
+
+
+def test_a_correlation_of_constant_predictions_is_undefined_as_scipy_says_not_a_score():
+    """scipy's NaN (and ConstantInputWarning) is None here: a collapsed STS-B model has no score,
+    so no 0.0 reads as one, and a task or average made from it is undefined too."""
+    labels, constant = np.array([0.0, 2.5, 5.0, 1.0]), np.full(4, 2.5)
+    assert pearson(labels, constant) is None and spearman(labels, constant) is None
+    assert pearson(constant, labels) is None  # constant labels: undefined too
+    metrics = task_metrics(TASKS["stsb"], labels, constant)
+    assert metrics == {"pearson": None, "spearman": None} and task_score(TASKS["stsb"], metrics) is None
+    collapsed = BERT_LARGE_TEST | {"stsb": metrics}
+    assert leaderboard_average(collapsed) is None and cramming_average(collapsed) is None
 
 
 def test_matthews_f1_and_accuracy_by_hand():

@@ -87,6 +87,30 @@ def test_a_rerun_replaces_its_earlier_report_and_nothing_else(demo, tmp_path, cp
     assert list(read_report(out)["steps"]) == ["cuda tests"]
 
 
+def test_without_a_gpu_and_without_quick_it_says_so_in_one_line_and_writes_nothing(tmp_path, cpu_only, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        gpu_check.main(["-o", str(tmp_path / "report"), "--demo", str(tmp_path / "demo")])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: no CUDA device here; gpu_check.py runs on a GPU machine (--quick runs every step")
+    assert error.count("\n") == 1 and not (tmp_path / "report").exists()
+
+
+def test_a_step_whose_every_row_is_skipped_reports_skipped_not_ok(tmp_path, cpu_only, skip_flops_measurement):
+    """The full throughput rows search the batch up to CUDA's memory: on a CPU each row is skipped."""
+    import time
+
+    import torch
+    check = gpu_check.Check(out=tmp_path, demo=tmp_path, sizes=gpu_check.FULL, device=torch.device("cpu"),
+                            seq_len=128, compiles=False)
+    (tmp_path / "logs").mkdir()
+    report = {"steps": {}}
+    gpu_check.run_step("throughput", check, report, time.monotonic(), 60)
+    entry = report["steps"]["throughput"]
+    assert all(row["status"].startswith("skipped: no CUDA") for row in entry["numbers"]["rows"])
+    assert entry["status"] == "skipped: no CUDA (the largest batch is the last before CUDA runs out of memory)"
+
+
 def test_the_largest_batch_is_the_last_before_cuda_runs_out_of_memory(monkeypatch):
     import torch
 

@@ -1,5 +1,6 @@
 """The MFU denominator: published GPU peaks by name, the peak-tflops key, the best of several
 measured tries, and a re-measurement (said in the log) when MFU would read above 100%."""
+import resource
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,18 @@ def test_a_model_over_the_limit_is_refused_saying_its_size():
     assert str(refused.value) == (f"config.ini (d-ff = 1000000000): the model would allocate {needed:,.1f} "
                                   f"GiB (4 x {weights:,} float32 weights), more than this machine's memory "
                                   f"({hardware.machine_memory() / 2**30:,.1f} GiB; --max-gib GIB sets another limit)")
+
+
+def test_a_model_over_the_address_space_limit_is_refused_saying_so(monkeypatch):
+    """Under `ulimit -v` the machine's memory is not what the process may take: the allocator would fail."""
+    half = hardware.machine_memory() // 2
+    monkeypatch.setattr(hardware.resource, "getrlimit", lambda which: (half, resource.RLIM_INFINITY))
+    weights = int(0.75 * hardware.machine_memory()) // 4  # one copy: fits the machine, not half of it
+    for limit_gib in (None, 2 * half / 2**30):  # a --memory-limit-gib above it is no way past it either
+        with pytest.raises(UserError, match=r"the model would allocate .* more than what this process's address-space "
+                                            r"limit leaves \([\d.,]+ GiB; ulimit -v sets it\)$"):
+            hardware.check_fits_memory(weights, copies=1, limit_gib=limit_gib, source="x", flag="--max-gib")
+    hardware.check_fits_memory(weights // 8, copies=1, limit_gib=None, source="x", flag="--max-gib")
 
 
 def test_the_limit_can_be_set():

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors import SafetensorError
 from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForPreTraining,
                           AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments, pipeline)
 
@@ -441,6 +442,17 @@ def test_an_export_has_the_permissions_the_umask_gives(trained, tmp_path, umask,
     assert stat.S_IMODE(directory.stat().st_mode) == directory_mode
     assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in directory.iterdir()} == {
         path.name: file_mode for path in directory.iterdir()}
+
+
+def test_a_full_disk_while_writing_the_weights_is_one_line(trained, tmp_path, capsys, monkeypatch):
+    """safetensors raises its own error, not an OSError, the OS's error in its message."""
+    def full_disk(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+    monkeypatch.setattr(export_hf, "save_file", full_disk)
+    arguments = ["--cp", str(trained("clm-bert")), "-o", str(tmp_path / "hf")]
+    line = one_error_line(capsys, lambda: export_hf.main(arguments))
+    assert line == f"error: no space left on device writing {tmp_path / 'hf' / 'model.safetensors'}"
+    assert not any(tmp_path.iterdir())  # no temporary directory left
 
 
 def test_a_task_without_a_counterpart_is_one_line(trained, tmp_path, capsys):

@@ -14,6 +14,11 @@ import run_log
 from mlm_task import MaskedLMTask
 
 
+def test_an_undefined_metric_is_said_so_in_words_never_as_a_number():
+    assert run_log.metric_text(None) == "undefined (constant predictions or labels)"
+    assert run_log.metric_text(0.123456) == "0.1235" and run_log.metric_text(60) == "60"
+
+
 class FillingFile(io.FileIO):
     """A file of run_log's on a disk that is full once `full` is set (for the files `names` start)."""
     full = False

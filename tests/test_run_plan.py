@@ -43,6 +43,11 @@ def test_a_target_is_reached_from_above_for_losses_and_from_below_for_scores():
     assert str(accuracy) == "accuracy:0.35"
 
 
+def test_an_undefined_metric_reaches_no_target():
+    """A correlation of constant predictions (None) is no score: stop-at = pearson:0 is not reached by it."""
+    assert not parse_target("pearson:0").reached({"pearson": None})
+    assert not parse_target("loss:4").reached({"loss": None})
+
 @pytest.mark.parametrize("text", ["accuracy", ":0.3", "accuracy:high", "val/accuracy:0.3"])
 def test_a_target_out_of_its_form_is_a_value_error(text):
     with pytest.raises(ValueError):

@@ -1,15 +1,22 @@
 """src/run_start.py: the rule for --cp (resume its run or start a new one from its weights), the
 settings a resumed run keeps, and a run that fails to start leaving no directory. Resuming exactly
 is tested through whole runs in test_trainer.py."""
+import re
+import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+import hardware
 import main
 from config import Config
 from errors import UserError
 from run_start import RunStarter, check_same_global_batch, check_same_measure, resumes
+
+MAIN = Path(__file__).resolve().parent.parent / "src" / "main.py"
 
 
 @pytest.mark.parametrize("saved, config, expected", [
@@ -61,6 +68,19 @@ def test_a_model_too_large_for_the_machine_is_one_line_before_anything_is_alloca
     assert not Path("runs").exists() or not any(Path("runs").iterdir())
 
 
+def test_a_model_over_the_address_space_limit_is_one_line_not_an_allocator_traceback(mlm_workdir):
+    """`ulimit -v` 2 GiB on a larger machine: 5,000 layers of the test model take 2.4 GiB to train."""
+    limit = 2 * 2**30
+    if hardware.machine_memory() < 2 * limit:
+        pytest.skip("the machine's own memory would refuse the model first")
+    run = subprocess.run([sys.executable, str(MAIN), "--n-layer", "5000", "--device", "cpu"], capture_output=True,
+                         text=True, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    assert run.returncode == 2, run.stderr
+    assert re.fullmatch(r"error: .*n-layer = 5000 .* more than what this process's address-space limit leaves "
+                        r"\([\d.]+ GiB; ulimit -v sets it\)\n", run.stderr)
+    assert not Path("runs").exists() or not any(Path("runs").iterdir())
+
+
 def test_the_memory_limit_is_a_key(mlm_workdir, capsys):
     with pytest.raises(SystemExit):
         main.main(["--memory-limit-gib", "0.001"])  # the small test model needs a few MiB
@@ -76,3 +96,23 @@ def test_a_resumed_fine_tuning_keeps_its_global_batch():
         check_same_global_batch(Path("c.pt"), saved, Config(batch_size=16), world_size=2)
     pre_training = {**saved, "data_position": {"epoch": 0, "sample": 80}}  # counted in samples: any batch goes on
     check_same_global_batch(Path("c.pt"), pre_training, Config(batch_size=16), world_size=2)
+
+
+def test_a_decay_branch_resumed_by_plain_cp_goes_on_with_the_decay_it_was_given(mlm_workdir, training_losses,
+                                                                                skip_flops_measurement):
+    """--decay-from computes the branch's lr-scheduler (wsd:0.5:sqrt here); resumed by --cp with the same
+    options (lr-scheduler = wsd:0.25 among them), it reads that schedule from the checkpoint, not from
+    the config, and trains loss for loss as the branch that was never stopped."""
+    from test_trainer import wsd_run
+    main.main(wsd_run("--run-id", "stable"))
+    stable = Path("runs/stable/checkpoints/stable.pt")
+    training_losses.clear()
+    main.main(wsd_run("--run-id", "whole", "--decay-from", str(stable)))
+    whole = list(training_losses)
+    training_losses.clear()
+    main.main(wsd_run("--run-id", "stopped", "--decay-from", str(stable), max_iters=6))
+    main.main(wsd_run("--cp", "runs/stopped/checkpoints/checkpoint.pt"))
+    assert training_losses == pytest.approx(whole, rel=0, abs=1e-5) and len(whole) == 4
+    log = Path("runs/stopped/logs/log.txt").read_text()
+    assert "resuming runs/stopped/checkpoints/checkpoint.pt at step 6 with the decay --decay-from gave it: " \
+           "lr-scheduler = wsd:0.5:sqrt" in log

@@ -22,7 +22,7 @@ from conftest import assert_resumes_exactly_mid_epoch, one_error_line, write_mlm
 from test_distributed import run_main
 from squad_data import Questions, answer_pieces, context_windows, encode_questions
 from squad_metrics import normalize_answer, squad_scores
-from squad_task import QuestionSplit, best_answers
+from squad_task import QuestionSplit, answer_questions, best_answers
 
 SQUAD = {"seq_len": 128, "batch_size": 16, "learning_rate": 1e-3, "warmup_iters": 10, "dataset_pattern": "",
          "val_dataset_pattern": "", "test_dataset_pattern": ""}
@@ -48,12 +48,121 @@ def test_unanswerable_questions_score_the_empty_answer_and_the_best_threshold():
     assert scores["best_exact"] == 75.0 and scores["best_exact_thresh"] == -3.0
 
 
-def test_windows_overlap_by_the_stride_and_the_last_reaches_the_end():
+def test_windows_overlap_by_the_stride_and_the_last_holds_what_remains():
     assert context_windows(50, 60, 16) == [(0, 50)]
-    assert context_windows(100, 40, 16) == [(0, 40), (24, 64), (48, 88), (60, 100)]
+    assert context_windows(100, 40, 16) == [(0, 40), (24, 64), (48, 88), (72, 100)]  # the last short
+    assert context_windows(88, 40, 16) == [(0, 40), (24, 64), (48, 88)]
+    assert context_windows(41, 40, 16) == [(0, 40), (24, 41)]
     offsets = np.array([[0, 3], [4, 9], [9, 12], [13, 15]])
     assert answer_pieces(offsets, 4, 12) == (1, 2) and answer_pieces(offsets, 5, 6) == (1, 1)
     assert answer_pieces(offsets, 12, 13) is None  # a space between pieces
+
+
+QUESTIONS = ("What does the reviewer think of the film?", "Who plays the lead?", "When was it made?")
+
+
+@pytest.fixture(scope="module")
+def long_reviews(imdb_reviews, vocab) -> list[str]:
+    """Reviews of 150 to 600 pieces: several windows each at seq-len 64."""
+    return [review for review, ids in zip(imdb_reviews[:200], vocab.encode(imdb_reviews[:200]))
+            if 150 <= len(ids) <= 600][:9]
+
+
+def run_qa_features(vocab_dir, vocab, questions: list[str], contexts: list[str], seq_len: int, stride: int):
+    """The windows transformers' run_qa.py makes: its tokenizer call on a BertTokenizerFast of the vocabulary."""
+    transformers = pytest.importorskip("transformers")
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(vocab_dir, do_lower_case=vocab.lowercase)
+    return tokenizer(questions, contexts, truncation="only_second", max_length=seq_len, stride=stride,
+                     return_overflowing_tokens=True, return_offsets_mapping=True)
+
+
+def unanswered(questions: list[str], contexts: list[str]) -> Questions:
+    return Questions([f"q{number}" for number in range(len(questions))], questions, contexts,
+                     [[] for _ in questions], ())
+
+
+@pytest.mark.parametrize("seq_len, stride", [(64, 16), (48, 20), (128, 32)])
+def test_the_windows_are_run_qa_s_piece_for_piece(vocab_dir, vocab, long_reviews, seq_len, stride):
+    """Tokens, segments and the context pieces' character spans of every window, the short last ones too."""
+    questions = [QUESTIONS[number % 3] for number in range(len(long_reviews))]
+    theirs = run_qa_features(vocab_dir, vocab, questions, long_reviews, seq_len, stride)
+    ours = encode_questions(vocab, unanswered(questions, long_reviews), seq_len, stride, 64)
+    assert ours.questions.tolist() == theirs["overflow_to_sample_mapping"]
+    assert (ours.lengths < seq_len).any()  # short last windows are among them
+    for window, (tokens, segments) in enumerate(zip(theirs["input_ids"], theirs["token_type_ids"])):
+        assert ours.tokens[ours.starts[window]:ours.starts[window + 1]].tolist() == tokens
+        assert ours.segments[ours.starts[window]:ours.starts[window + 1]].tolist() == segments
+        context = [tuple(span) for span, sequence in zip(theirs["offset_mapping"][window], theirs.sequence_ids(window))
+                   if sequence == 1]
+        first, question = int(ours.first_pieces[window]), int(ours.questions[window])
+        assert [tuple(span) for span in ours.offsets[question][first:first + len(context)].tolist()] == context
+
+
+def run_qa_answers(features, start_logits, end_logits, contexts, with_null: bool, max_answer_length: int,
+                   threshold: float = 0.0) -> list[tuple[str, float]]:
+    """Each question's answer and no-answer margin as postprocess_qa_predictions in transformers'
+    examples/pytorch/question-answering/utils_qa.py chooses them, condensed: 20 best starts and ends
+    per window, both in the context, the end not before the start, the best sum over the windows."""
+    answers = []
+    for question, context in enumerate(contexts):
+        candidates, null = [], None
+        for window in np.nonzero(np.asarray(features["overflow_to_sample_mapping"]) == question)[0]:
+            start, end = start_logits[window], end_logits[window]
+            offsets = [span if sequence == 1 else None
+                       for span, sequence in zip(features["offset_mapping"][window], features.sequence_ids(window))]
+            null = start[0] + end[0] if null is None or null > start[0] + end[0] else null
+            for first in np.argsort(start)[-1:-21:-1]:
+                for last in np.argsort(end)[-1:-21:-1]:
+                    if offsets[first] is None or offsets[last] is None:
+                        continue
+                    if last < first or last - first + 1 > max_answer_length:
+                        continue
+                    candidates.append((start[first] + end[last], context[offsets[first][0]:offsets[last][1]]))
+        score, text = sorted(candidates, key=lambda candidate: candidate[0], reverse=True)[0]
+        answers.append(("" if with_null and null - score > threshold else text, float(null - score)))
+    return answers
+
+
+class FixedLogits:
+    """Stands in for a model: the given start and end logits of each window in turn, the padding
+    given high logits that must never be ranked."""
+
+    def __init__(self, logits: list[tuple[np.ndarray, np.ndarray]]):
+        self.pending = list(logits)
+
+    def __call__(self, input_ids, attention_mask, segment_ids):
+        windows = [self.pending.pop(0) for _ in range(len(input_ids))]
+        padded = [[np.pad(each[side], (0, input_ids.shape[1] - len(each[side])), constant_values=50.0)
+                   for each in windows] for side in (0, 1)]
+        return torch.from_numpy(np.stack(padded[0])), torch.from_numpy(np.stack(padded[1])), None
+
+
+@pytest.mark.parametrize("task", ["squad", "squad_v2"])
+def test_answers_are_chosen_as_run_qa_chooses_them(vocab_dir, vocab, long_reviews, task):
+    """The same logits on the same windows give run_qa.py's answers and no-answer margins: no window
+    is preferred for a piece, the ends are a window's 20 best whatever the start, [CLS] and the
+    question take places among the 20 best starts."""
+    questions = [QUESTIONS[number % 3] for number in range(len(long_reviews))]
+    features = run_qa_features(vocab_dir, vocab, questions, long_reviews, 64, 16)
+    data = unanswered(questions, long_reviews)
+    split = QuestionSplit(data, encode_questions(vocab, data, 64, 16, 64))
+    generator = np.random.default_rng(0)
+    logits = [tuple(generator.normal(size=int(length)).astype(np.float32) * 3 for _ in range(2))
+              for length in split.windows.lengths]
+    for start, end in logits:
+        start[0], end[0] = start[0] + 9, end[0] + 9  # [CLS]: some questions unanswered
+        start[1:3] += 6  # question pieces among the best starts: never an answer, yet they take places
+    theirs = run_qa_answers(features, [start for start, _ in logits], [end for _, end in logits], long_reviews,
+                            task == "squad_v2", max_answer_length=8)
+    settings = {"seq-len": 64, "doc-stride": 16, "max-query-length": 64, "max-answer-length": 8}
+    if task == "squad_v2":
+        settings["null-score-threshold"] = 0.0
+    ours = answer_questions(FixedLogits(logits), vocab, questions, long_reviews, settings, batch_size=4)
+    assert [text for text, _ in ours] == [text for text, _ in theirs]
+    margins = [answer.null_score - answer.score for _, answer in
+               sorted(best_answers(split, dict(enumerate(logits)), max_answer_length=8).items())]
+    assert margins == pytest.approx([margin for _, margin in theirs], abs=1e-5)
+    assert task == "squad" or 0 < sum(text == "" for text, _ in ours) < len(ours)
 
 
 def one_question(vocab, context: str, answer: str, seq_len: int, stride: int) -> tuple[Questions, QuestionSplit]:
@@ -106,7 +215,15 @@ def test_bad_files_are_one_line_naming_file_and_question(tmp_path):
                  {"id": "q1", "question": "When?", "answers": [{"text": "1959", "answer_start": 3}]}],
              "question q2 has no answer; squad (v1.1) answers every question": [
                  {"id": "q2", "question": "Who?", "answers": []}],
-             "question q3: an empty question": [{"id": "q3", "question": " ", "answers": []}]}
+             "question q3: an empty question": [{"id": "q3", "question": " ", "answers": []}],
+             # the official scripts assume answers inside the context and one question per id
+             "question q6: answer_start -5 of '1959' is not inside the context (25 characters)": [
+                 {"id": "q6", "question": "When?", "answers": [{"text": "1959", "answer_start": -5}]}],
+             "question q7: an answer with empty text '' at answer_start 0": [
+                 {"id": "q7", "question": "When?", "answers": [{"text": "", "answer_start": 0}]}],
+             "question id q8 is used twice; SQuAD's ids name one question each": [
+                 {"id": "q8", "question": "When?", "answers": [{"text": "1959", "answer_start": 20}]},
+                 {"id": "q8", "question": "What?", "answers": [{"text": "western", "answer_start": 7}]}]}
     for message, qas in cases.items():
         write_squad_json(path, qas)
         with pytest.raises(squad_data.UserError, match=re.escape(f"{path}: {message}")):
@@ -118,6 +235,17 @@ def test_bad_files_are_one_line_naming_file_and_question(tmp_path):
     pq.write_table(pa.table({"id": ["q5"], "question": ["When?"], "context": ["In 1959."]}), parquet)
     with pytest.raises(squad_data.UserError, match=f"{parquet}: missing column answers"):
         squad_data.read_split(tmp_path, "squad", "train")
+
+
+def test_an_id_in_two_shards_is_one_line_naming_it(tmp_path):
+    folder = tmp_path / "squad_v2"
+    folder.mkdir()
+    for number, question in enumerate(("When?", "Where?")):
+        pq.write_table(pa.table({"id": ["q1"], "question": [question], "context": ["In 1959."],
+                                 "answers": [{"text": [], "answer_start": []}]}),
+                       folder / f"validation-0000{number}-of-00002.parquet")
+    with pytest.raises(squad_data.UserError, match="validation-00001-of-00002.parquet: question id q1 is used twice"):
+        squad_data.read_split(tmp_path, "squad_v2", "validation")
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +291,20 @@ def test_the_model_learns_to_answer_in_either_layout_tests_and_answers_text(squa
     qa.main(["--cp", str(best), "-q", "Which year does the review mention?", "-c", context])
     text, score = capsys.readouterr().out.rstrip("\n").split("\t")
     assert text in context and float(score) > -1e9 and (text or task == "squad_v2")
+
+
+@pytest.mark.parametrize("question, context, message", [
+    ("", "A fine western.", "an empty question"), ("What year?", " ", "an empty context")])
+def test_qa_refuses_an_empty_question_or_context_from_the_command_line_as_from_a_file(tmp_path, capsys, question,
+                                                                                     context, message):
+    """One rule for -q/-c and -i, applied before the checkpoint is read."""
+    path = tmp_path / "questions.jsonl"
+    path.write_text(json.dumps({"question": question, "context": context}) + "\n", encoding="utf-8")
+    missing = str(tmp_path / "never-read.pt")
+    given = one_error_line(capsys, lambda: qa.main(["--cp", missing, "-q", question, "-c", context]))
+    assert given == f"error: -q QUESTION -c CONTEXT: {message}"
+    assert one_error_line(capsys, lambda: qa.main(["--cp", missing, "-i", str(path)])) == \
+        f"error: {path}: line 1: {message}"
 
 
 def test_a_run_resumes_exactly_mid_epoch(squad_base, tmp_path, monkeypatch, keep_signal_handlers):

@@ -89,10 +89,14 @@ def write_parquet(path, tokens, tags, names=("O", "B-X", "I-X")):
 def test_bad_files_are_one_line_naming_file_and_line_or_row(tmp_path):
     (tmp_path / "train.txt").write_text(CONLL, encoding="utf-8")
     (tmp_path / "valid.txt").write_text("Paris B-LOC\n", encoding="utf-8")
-    with pytest.raises(token_data.UserError, match=r"valid.txt: line 1: tag 'B-LOC' is not one of the model's "
+    with pytest.raises(token_data.UserError, match=r"valid.txt: tag B-LOC \(line 1\) is not among the model's "
                                                    r"labels \(O, B-MISC"):
         labels = token_data.read_split(tmp_path, "train", "ner_tags").label_names
         token_data.read_split(tmp_path, "validation", "ner_tags", labels)
+    (tmp_path / "valid.txt").write_text("Paris B-LOC\nis O\nnice B-ADJ\n\nRome B-LOC\n", encoding="utf-8")
+    with pytest.raises(token_data.UserError, match=r"valid.txt: tags B-LOC \(line 1\), B-ADJ \(line 3\) are not "
+                                                   r"among the checkpoint's labels \(O, B-MISC"):
+        token_data.read_split(tmp_path, "validation", "ner_tags", labels, whose="the checkpoint's")
     (tmp_path / "valid.txt").write_text("Paris\n", encoding="utf-8")
     with pytest.raises(token_data.UserError, match=r"valid.txt: line 1: 1 column\(s\), expected a word and its tag"):
         token_data.read_split(tmp_path, "validation", "ner_tags", ("O",))
@@ -111,8 +115,24 @@ def test_bad_files_are_one_line_naming_file_and_line_or_row(tmp_path):
         with pytest.raises(token_data.UserError, match=f"{path}: {escaped}"):
             token_data.read_split(tmp_path, "train", "ner_tags")
     write_parquet(folder / "train-00000-of-00001.parquet", [["a"]], [[1]], names=())
-    given = token_data.read_split(tmp_path, "train", "ner_tags", ("O", "B-X"))
+    given = token_data.read_split(tmp_path, "train", "ner_tags", id_names=("O", "B-X"))
     assert given.tag_names(0) == ["B-X"]
+    path = folder / "train-00000-of-00001.parquet"
+    write_parquet(path, [["a"]], [[1]], names=("O", "B-X", "B-X"))
+    with pytest.raises(token_data.UserError, match=f"{path}: the Hugging Face metadata of ner_tags: B-X named twice"):
+        token_data.read_split(tmp_path, "train", "ner_tags")
+
+
+def test_a_parquet_files_tag_ids_are_read_by_their_names_not_their_order(tmp_path):
+    folder = tmp_path / "ner"
+    folder.mkdir()
+    write_parquet(folder / "test-00000-of-00001.parquet", [["a", "b", "c"]], [[2, 1, 0]], names=("I-X", "B-X", "O"))
+    data = token_data.read_split(tmp_path, "test", "ner_tags", ("O", "B-X", "I-X"))
+    assert data.tags == [[0, 1, 2]] and data.tag_names(0) == ["O", "B-X", "I-X"]
+    write_parquet(folder / "test-00000-of-00001.parquet", [["a", "b"]], [[0, 1]], names=("O", "B-Y", "I-X"))
+    with pytest.raises(token_data.UserError, match=r"tag B-Y \(row 1\) is not among the model's labels "
+                                                   r"\(O, B-X, I-X\)"):
+        token_data.read_split(tmp_path, "test", "ner_tags", ("O", "B-X", "I-X"))
 
 
 @pytest.fixture(scope="module")
@@ -127,12 +147,18 @@ def ner_base(imdb_corpus, vocab_dir, tmp_path_factory):
 def ner_workdir(base, directory, layout: str, **settings):
     """A copy of the base with one layout's files only, and a config.ini for a small NER model."""
     shutil.copytree(base / "vocab", directory / "vocab")
+    use_layout(base, directory, layout)
+    write_mlm_config(directory, **NER | settings)
+    return directory
+
+
+def use_layout(base, directory, layout: str):
+    """directory/datasets/ner: the base's files of one layout (the same sentences in either) only."""
+    shutil.rmtree(directory / "datasets", ignore_errors=True)
     (directory / "datasets" / "ner").mkdir(parents=True)
     for path in (base / "datasets" / "ner").iterdir():
         if (path.suffix == ".parquet") == (layout == "parquet"):
             shutil.copy(path, directory / "datasets" / "ner" / path.name)
-    write_mlm_config(directory, **NER | settings)
-    return directory
 
 
 @pytest.mark.parametrize("layout", ["conll", "parquet"])
@@ -178,8 +204,134 @@ def test_a_bad_tag_stops_the_run_before_its_first_step(ner_base, tmp_path, monke
     with (directory / "datasets" / "ner" / "validation.txt").open("a", encoding="utf-8") as file:
         file.write("Paris B-LOC\n")
     monkeypatch.chdir(directory)
-    assert "validation.txt: line" in one_error_line(capsys, lambda: main.main(["--max-iters", "2"]))
+    assert "validation.txt: tag B-LOC (line" in one_error_line(capsys, lambda: main.main(["--max-iters", "2"]))
     assert not (directory / "runs").exists() or not list((directory / "runs").iterdir())
+
+
+def test_labels_naming_a_tag_twice_is_one_line(ner_base, tmp_path, monkeypatch, capsys, keep_signal_handlers,
+                                               skip_flops_measurement):
+    monkeypatch.chdir(ner_workdir(ner_base, tmp_path / "twice", "conll"))
+    labels = "O,B-YEAR,I-YEAR,B-SCORE,I-SCORE,B-GENRE,B-GENRE,I-GENRE"
+    line = one_error_line(capsys, lambda: main.main(["--labels", labels, "--max-iters", "1"]))
+    assert line == f"error: labels = {labels}: B-GENRE named twice; each label needs a name of its own"
+
+
+def rename_tags(directory, old: str, new: str):
+    """Every CoNLL text file's entity type `old` called `new` (B-old -> B-new, I-old -> I-new)."""
+    for path in (directory / "datasets" / "ner").glob("*.txt"):
+        text = path.read_text(encoding="utf-8")
+        path.write_text(re.sub(rf"-{old}$", f"-{new}", text, flags=re.MULTILINE), encoding="utf-8")
+
+
+def renumber_tags(directory, names: tuple[str, ...]):
+    """directory's CoNLL text made parquet files of the same sentences, whose tag ids count in the
+    order of `names` (their metadata says so), as another export of a dataset may."""
+    folder = directory / "datasets" / "ner"
+    for split in ("train", "validation", "test"):
+        data = token_data.read_split(directory / "datasets", split, "ner_tags", names)
+        write_parquet(folder / f"{split}-00000-of-00001.parquet", data.words, data.tags, names)
+    for path in folder.glob("*.txt"):
+        path.unlink()
+
+
+@pytest.fixture(scope="module")
+def ner_checkpoint(ner_base, tmp_path_factory):
+    """checkpoint.pt of a 4-step run on the CoNLL text: its labels are the tags the text uses, sorted
+    O, B-GENRE, I-GENRE, ...; the base's parquet files declare I-YEAR too, and O, B-YEAR, ... is their order."""
+    import signal
+    import hardware
+    directory = ner_workdir(ner_base, tmp_path_factory.mktemp("trained_ner"), "conll", max_iters=4, val_interval=4,
+                            val_dataset_percentage=0.25, test_iters=2)
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.chdir(directory)
+            patch.setattr(hardware, "measure_matmul_flops", lambda device, dtype: 1e12)  # not tested here
+            run_dir = main.run(main.load_config(None, []), None, False)
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+    path = run_dir / "checkpoints" / "checkpoint.pt"
+    names = checkpoints.load(path)["model_config"]["label_names"]
+    assert names[:3] == ("O", "B-GENRE", "I-GENRE") and set(names) == set(make_ner_demo.LABELS) - {"I-YEAR"}
+    return path
+
+
+def test_test_scores_by_the_checkpoints_labels_and_refuses_tags_it_lacks(ner_base, ner_checkpoint, tmp_path,
+                                                                         monkeypatch, capsys):
+    directory = ner_workdir(ner_base, tmp_path / "renamed", "conll")
+    rename_tags(directory, "GENRE", "TYPE")  # sorted after SCORE: the same count, every id shifted
+    monkeypatch.chdir(directory)
+    line = one_error_line(capsys, lambda: main.main(["--cp", str(ner_checkpoint), "--test"]))
+    assert re.fullmatch(r"error: \S+/test.txt: tags B-TYPE \(line \d+\), I-TYPE \(line \d+\) are not among the "
+                        r"checkpoint's labels \(O, B-GENRE, I-GENRE, .*\)", line), line
+    names = checkpoints.load(ner_checkpoint)["model_config"]["label_names"]
+    scores = {}
+    for layout in ("conll", "renumbered", "parquet"):  # the same sentences, their tags numbered in other orders
+        directory = ner_workdir(ner_base, tmp_path / layout, "parquet" if layout == "parquet" else "conll",
+                                test_iters=2)
+        if layout == "renumbered":
+            renumber_tags(directory, tuple(reversed(names)))
+        monkeypatch.chdir(directory)
+        metrics = main.run(main.load_config(None, []), ner_checkpoint, True)
+        scores[layout] = {name: value for name, value in metrics.items() if name != "checkpoint"}
+    assert scores["renumbered"] == pytest.approx(scores["conll"], rel=1e-6)
+    assert scores["parquet"] == pytest.approx(scores["conll"], rel=1e-6)
+
+
+def test_a_resumed_run_reads_its_data_by_the_checkpoints_labels(ner_base, tmp_path, monkeypatch, capsys,
+                                                                keep_signal_handlers, skip_flops_measurement):
+    latest = "runs/run0/checkpoints/checkpoint.pt"
+    weights = {}
+    for name in ("straight", "resumed"):
+        directory = ner_workdir(ner_base, tmp_path / name, "conll", warmup_iters=2, lr_decay_iters=8,
+                                val_interval=4, val_dataset_percentage=0.25)
+        monkeypatch.chdir(directory)
+        if name == "resumed":
+            main.main(["--max-iters", "4"])
+            names = checkpoints.load(directory / latest)["model_config"]["label_names"]
+            renumber_tags(directory, tuple(reversed(names)))  # the same count, each id another tag
+        main.main(["--max-iters", "8", *(["--cp", latest] if name == "resumed" else [])])
+        saved = checkpoints.load(directory / latest)
+        assert saved["step"] == 8 and saved["model_config"]["label_names"][:3] == ("O", "B-GENRE", "I-GENRE")
+        weights[name] = saved["model"]
+    for name, tensor in weights["straight"].items():
+        torch.testing.assert_close(weights["resumed"][name], tensor, rtol=0, atol=1e-5, msg=name)
+    rename_tags(tmp_path / "straight", "GENRE", "TYPE")
+    monkeypatch.chdir(tmp_path / "straight")
+    line = one_error_line(capsys, lambda: main.main(["--max-iters", "12", "--cp", latest]))
+    assert re.fullmatch(r"error: \S+/validation.txt: tags B-TYPE \(line \d+\), I-TYPE \(line \d+\) are not among "
+                        r"the checkpoint's labels \(.*\)", line), line
+
+
+def test_a_new_run_from_a_ner_checkpoint_keeps_its_head_where_its_labels_cover_the_tags(
+        ner_base, ner_checkpoint, tmp_path, monkeypatch, keep_signal_handlers, skip_flops_measurement):
+    saved = checkpoints.load(ner_checkpoint)
+    names = saved["model_config"]["label_names"]
+    runs = {}
+    for name in ("renumbered", "renamed"):
+        directory = ner_workdir(ner_base, tmp_path / name, "conll")
+        if name == "renumbered":
+            renumber_tags(directory, tuple(reversed(names)))
+        else:
+            rename_tags(directory, "GENRE", "TYPE")
+        monkeypatch.chdir(directory)
+        overrides = ["--max-iters", "1", "--seed", "7", "--val-dataset-percentage", "0.25"]  # a seed of its own:
+        run_dir = main.run(main.load_config(None, overrides), ner_checkpoint, False, switch_training=True)
+        runs[name] = (checkpoints.load(run_dir / "checkpoints" / "checkpoint.pt"),
+                      (run_dir / "logs" / "log.txt").read_text(encoding="utf-8"))
+    kept, log = runs["renumbered"]  # the same tags: the head and its order carry over
+    assert kept["model_config"]["label_names"] == names
+    assert "newly initialised: nothing" in log and "a new head" not in log
+    # one step of warm-up moves a weight by about learning-rate / warmup-iters = 1e-4; a new head is 0.02 off
+    torch.testing.assert_close(kept["model"]["classifier.weight"], saved["model"]["classifier.weight"], rtol=0,
+                               atol=1e-3)
+    new, log = runs["renamed"]  # other tags: a new head for them, said in the log
+    assert "B-TYPE" in new["model_config"]["label_names"] and "B-GENRE" not in new["model_config"]["label_names"]
+    assert "newly initialised: classifier.weight, classifier.bias" in log
+    assert re.search(r"a new head: the checkpoint's labels \(O, B-GENRE, .*\) are not this run's \(O, .*B-TYPE", log)
+    # ... a new head starts from other random weights than the checkpoint's started from
+    assert not torch.allclose(new["model"]["classifier.weight"], saved["model"]["classifier.weight"], atol=1e-3)
 
 
 @pytest.mark.parametrize("architecture", [["--norm", "postln", "--position", "learned"],

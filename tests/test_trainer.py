@@ -17,7 +17,7 @@ import main
 from conftest import MLM_SEQ_LEN
 from mlm_task import MaskedLMTask
 from vocab import load_vocab
-from trainer import cut_rows
+from trainer import cut_rows, improves
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT_KEYS = {"model", "optimizer", "config", "step", "data_position", "rng_per_rank", "best"}
@@ -36,6 +36,15 @@ def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 def load(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def test_an_undefined_score_is_no_score_for_the_best_checkpoint():
+    """None (a correlation of constant predictions) beats no score and loses to any; until a score is
+    defined, each validation's checkpoint is best.pt, so a run always leaves one."""
+    assert improves(None, None, lower_is_better=False) and improves(0.1, None, lower_is_better=False)
+    assert not improves(None, -0.5, lower_is_better=False) and not improves(None, 3.0, lower_is_better=True)
+    assert improves(0.2, 0.1, lower_is_better=False) and not improves(0.1, 0.2, lower_is_better=False)
+    assert improves(2.0, 3.0, lower_is_better=True) and not improves(3.0, 3.0, lower_is_better=True)
 
 
 # ----------------------------------------------------------------------------- learning
