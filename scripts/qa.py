@@ -38,7 +38,7 @@ def read_questions(path: Path) -> list[tuple[str, str]]:
         try:
             row = json.loads(line)
             pairs.append((row["question"], row["context"]))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise UserError(f"{path}: line {number}: expected a JSON object with question and context") from None
         if not all(isinstance(text, str) for text in pairs[-1]):
             raise UserError(f"{path}: line {number}: expected a question and a context of text")

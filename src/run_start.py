@@ -100,6 +100,15 @@ def resumed_decay(config: Config, saved: dict, task: Task, switch_training: bool
     return dataclasses.replace(config, lr_scheduler=checkpoints.saved_settings(saved)["lr_scheduler"])
 
 
+def check_same_task(saved: dict, path: Path, task: str):
+    """A model is scored or resumed as the task it was trained for: another task's head of the same
+    size (sst2's two classes read as cola's) would load and give a score that means nothing. An
+    imported model's task is the import's guess from its config, so it may be scored as any."""
+    if saved["task"] != task and saved["imported_from"] is None:
+        raise UserError(f"{path}: a task-type = {saved['task']} model; scored as {task}, its head's outputs "
+                        f"would be read as another task's: set task-type = {saved['task']}")
+
+
 def check_same_measure(path: Path, saved_settings: dict, task: Task, config: Config):
     """A resumed run keeps the settings that decide what its scores mean, or its curves and
     best.pt would mix two experiments."""
@@ -267,6 +276,7 @@ class RunStarter:
 
     def restored_model(self, saved: dict, path: Path) -> nn.Module:
         """The task's model with every weight of a checkpoint of this task."""
+        check_same_task(saved, path, self.task.name)
         self.take_checkpoint_labels(saved, kept=True)
         model = self.build_model(saved)
         checkpoints.check_compatible(path, saved, self.task.vocab, model.config)

@@ -259,6 +259,15 @@ def test_test_split_is_scored_and_hidden_labels_give_a_submission_file(base_dir,
     assert {line.split("\t")[1] for line in lines[1:]} <= {"0", "1"}  # SST-2's server takes numbers
 
 
+@pytest.mark.parametrize("task", ["cola", "classify"])
+def test_a_model_is_scored_only_as_the_task_it_was_trained_for(base_dir, sst2_run, monkeypatch, task):
+    """An sst2 head of two classes would load as cola's or classify's and score something meaningless."""
+    monkeypatch.chdir(base_dir)
+    best = sst2_run / "checkpoints" / "best.pt"
+    with pytest.raises(UserError, match=f"a task-type = sst2 model; scored as {task}.*set task-type = sst2"):
+        main.run(main.load_config(None, ["--task-type", task]), best, True)
+
+
 def test_fill_mask_and_classify_scripts(mlm_checkpoint, sst2_run, capsys, tmp_path):
     fill_mask.main(["--cp", str(mlm_checkpoint), "the movie was [MASK] .", "-k", "3"])
     out = capsys.readouterr().out.splitlines()

@@ -92,6 +92,7 @@ JSON_READERS = {
     "sentence pairs": ("train.jsonl", embed_data.read_jsonl_pairs),
     "a model's json": ("config.json", lambda path: vocab.read_json_object(path, "the model's settings")),
     "sentence-transformers modules": ("modules.json", lambda path: hf_import.embedding_settings(path.parent, 512)),
+    "qa.py's questions": ("questions.jsonl", qa.read_questions),
     "corpus jsonl": ("corpus.jsonl", lambda path: list(read_documents(find_inputs([str(path)]), "text",
                                                                       BadRecords(skip=False)))),
 }
