@@ -51,12 +51,12 @@ class TaggedSentences:
 
 
 def find_files(directory: Path, split: str) -> list[Path]:
-    """A split's files under directory/ner or directory: parquet shards (they win), else a text file."""
+    """A split's files under directory/ner, else directory: parquet shards (they win), else a text
+    file. ner/ first in either layout: directory itself may hold another task's parquet (SST-2's)."""
     for folder in (directory / "ner", directory):
         shards = parquet_shards(folder, split) if folder.is_dir() else []
         if shards:
             return shards
-    for folder in (directory / "ner", directory):
         for name in TEXT_FILES[split]:
             if (folder / name).is_file():
                 return [folder / name]

@@ -370,3 +370,11 @@ def test_the_export_tags_as_ours_in_transformers_pipeline(ner_base, tmp_path, mo
     assert back["task"] == "ner" and tuple(back["model_config"]["label_names"]) == model.config.label_names
     for name, tensor in model.state_dict().items():
         torch.testing.assert_close(back["model"][name], tensor, rtol=0, atol=0, msg=name)
+
+
+def test_the_ner_folders_text_wins_over_another_tasks_parquet_beside_it(tmp_path):
+    """The demo's datasets/ holds SST-2's parquet; a CoNLL text in datasets/ner/ is the NER data."""
+    (tmp_path / "ner").mkdir()
+    (tmp_path / "ner" / "train.txt").write_text("A O\nwestern B-GENRE\n", encoding="utf-8")
+    (tmp_path / "train-00000-of-00001.parquet").write_bytes(b"SST-2's")
+    assert token_data.find_files(tmp_path, "train") == [tmp_path / "ner" / "train.txt"]
