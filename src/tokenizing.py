@@ -110,6 +110,10 @@ def encode_in_worker(kind: str, documents: list[str]):
     return encode(worker_vocab, kind, documents)
 
 
+WORKER_DIED = ("a tokenizing worker process died (killed, or out of memory); the same command goes on from the "
+               "work already finished")
+
+
 class Tokenizing:
     """map((tag, documents), ...) -> (tag, encoded), in order, on `workers` processes (1: this one,
     on one core, so that -n 1 against -n 2 compares one core with two).
@@ -145,16 +149,23 @@ class Tokenizing:
             return
         in_flight = collections.deque()
         for tag, documents in jobs:
-            in_flight.append((tag, self.pool.submit(encode_in_worker, self.kind, documents)))
+            in_flight.append((tag, self.submitted(documents)))
             if len(in_flight) >= 2 * self.workers:
                 yield self.finished(*in_flight.popleft())
         while in_flight:
             yield self.finished(*in_flight.popleft())
+
+    def submitted(self, documents):
+        """The pool's future of the documents' encoding; a pool whose worker died before this job
+        refuses it at once, before any future says so."""
+        try:
+            return self.pool.submit(encode_in_worker, self.kind, documents)
+        except BrokenProcessPool:
+            raise UserError(WORKER_DIED) from None
 
     @staticmethod
     def finished(tag, future) -> tuple[object, object]:
         try:
             return tag, future.result()
         except BrokenProcessPool:
-            raise UserError("a tokenizing worker process died (killed, or out of memory); the same command "
-                            "goes on from the work already finished") from None
+            raise UserError(WORKER_DIED) from None
