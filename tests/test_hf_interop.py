@@ -16,6 +16,7 @@ import hf_import
 import import_hf
 import main
 import make_demo
+import prepare_mlm_dataset
 from errors import UserError
 from conftest import one_error_line
 from hf_weights import THEIR_TIED
@@ -23,6 +24,8 @@ from model import BertForMaskedLM, BertForPreTraining, BertForSequenceClassifica
 from checkpoints import check_compatible, load as load_checkpoint, restore_model, vocab_of
 from test_vocab import published_uncased_model
 from vocab import load_vocab, write_tokenizer_config
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SENTENCES = ["The acting is superb, and the score lifts every scene.",
              "a dull , lifeless script that never finds its footing ."]
@@ -210,6 +213,50 @@ def test_training_starts_from_imported_checkpoints(mlm_trained_run, vocab_dir, r
     assert "newly initialised: pooler.weight, pooler.bias, classifier.weight, classifier.bias" in log
     assert "not used: head.*" in log
     assert load_checkpoint(fine_tuning / "checkpoints" / "checkpoint.pt")["step"] == 3
+
+
+def test_a_published_model_continues_on_a_corpus_prepared_with_its_own_vocabulary(imdb_corpus, tmp_path,
+                                                                                   monkeypatch, capsys):
+    """README's path, as etc/templates/config_continue_cpu.ini gives it, on all-MiniLM-L6-v2 as
+    published (a sentence-transformers folder, no MLM head): import, prepare with its vocabulary,
+    MLM from its weights with a fresh head tied to the word embeddings, named in the log."""
+    published = published_uncased_model()
+    base = tmp_path / "demo"
+    (base / "input").mkdir(parents=True)
+    (base / "input" / "imdb.txt").write_text("\n".join(imdb_corpus.read_text(encoding="utf-8").splitlines()[:300]),
+                                             encoding="utf-8")
+    import_hf.main(["-i", str(published), "-o", str(base / "minilm.pt")])
+    prepare_mlm_dataset.main(["-i", str(base / "input" / "imdb.txt"), "-l", "minilm", "-o", str(base / "datasets"),
+                              "-m", "128", "-v", str(published)])
+    monkeypatch.chdir(tmp_path)
+    config = main.load_config(ROOT / "etc" / "templates" / "config_continue_cpu.ini",
+                              ["--vocab", str(published), "--time-budget", "0", "--max-iters", "2", "--warmup-iters",
+                               "1", "--lr-decay-iters", "2", "--val-interval", "2", "--val-iters", "1",
+                               "--batch-size", "4"])
+    run_dir = main.run(config, base / "minilm.pt", False)
+    log = (run_dir / "logs" / "log.txt").read_text(encoding="utf-8")
+    assert "newly initialised: head.bias, head.dense.weight, head.dense.bias, head.norm.weight, head.norm.bias\n" in log
+    model = restore_model(run_dir / "checkpoints" / "checkpoint.pt", {"mlm": BertForMaskedLM})[0]
+    assert model.head.token_embedding is model.encoder.embeddings.token  # tied: the head reads the published words
+    assert load_checkpoint(run_dir / "checkpoints" / "checkpoint.pt")["model_config"]["d_model"] == 384
+
+
+def test_an_imported_masked_lm_continues_with_its_own_head(mlm_trained_run, vocab_dir, tmp_path, monkeypatch):
+    theirs = random_bert(TheirMaskedLM, vocab_dir, tmp_path / "mlm")
+    hf_import.convert(tmp_path / "mlm", tmp_path / "mlm.pt")
+    base = tmp_path / "base"
+    shutil.copytree(mlm_trained_run / "vocab", base / "vocab")
+    shutil.copytree(mlm_trained_run / "datasets", base / "datasets")
+    shutil.copy(mlm_trained_run / "config.ini", base / "config.ini")
+    monkeypatch.chdir(base)
+    run_dir = main.run(main.load_config(None, ["--heads", "4", "--max-iters", "1", "--val-interval", "1",
+                                               "--learning-rate", "1e-9", "--min-learning-rate", "1e-10"]),
+                       tmp_path / "mlm.pt", False)
+    log = (run_dir / "logs" / "log.txt").read_text(encoding="utf-8")
+    assert "newly initialised: nothing" in log
+    saved = load_checkpoint(run_dir / "checkpoints" / "checkpoint.pt")["model"]
+    torch.testing.assert_close(saved["head.dense.weight"], theirs.cls.predictions.transform.dense.weight.detach(),
+                               rtol=0, atol=1e-6)  # a fresh head's would be another draw
 
 
 def test_a_config_json_that_does_not_fit_the_weights_is_one_line(vocab_dir, tmp_path, capsys):
