@@ -33,8 +33,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
-from masking import IGNORE_INDEX, MaskingRule, mask_tokens, predictions_per_sequence  # noqa: E402
-from model import BertForMaskedLM, BertForSequenceClassification, ModelConfig, flops_per_token  # noqa: E402
+from masking import MaskingRule, mask_tokens, predictions_per_sequence  # noqa: E402
+from model import IGNORE_INDEX, BertForMaskedLM, BertForSequenceClassification, ModelConfig, flops_per_token  # noqa: E402
 from hardware import measure_matmul_flops, select_device, select_dtype, synchronize  # noqa: E402
 
 SIZES = {"small": (2, 128, 2), "medium": (4, 256, 4), "original": (6, 768, 12)}  # layers, width, heads
@@ -168,7 +168,7 @@ def sst2_epoch(batch_size: int, demo: Path = ROOT / "demo"):
     vocab = load_vocab(demo / "vocab")
     config = Config(task_type="sst2", base_dir=str(demo), batch_size=batch_size, seq_len=SEQ_LEN)
     task = ClassificationTask(config, vocab, torch.device("cpu"))
-    batches_per_epoch = len(task.data("train")) // batch_size
+    batches_per_epoch = task.train_examples() // batch_size
     return [batch for _, batch in islice(task.train_batches(None), batches_per_epoch)], vocab
 
 

@@ -218,7 +218,7 @@ class Runner:
         and validation data with the run's settings, and its schedule takes the run's length."""
         processes = self.args.nproc if self.args.ddp and self.args.nproc else 1
         task = task_class(config.task_type)(config, vocab, torch.device("cpu"), 0, processes)
-        with_run_length(config, len(task.data("train")) if config.epochs else 0, processes)
+        with_run_length(config, task.train_examples() if config.epochs else 0, processes)
         task.check_data(("val",))
 
     def given_by_runner(self, task: str) -> dict[str, Any]:

@@ -17,9 +17,9 @@ import torch
 from torch import nn
 
 from atomic import atomic_write
-from config import FIELD_TYPES, ROPE_THETA, Config
+from config import FIELD_TYPES, Config
 from errors import UserError
-from model import ModelConfig
+from architecture import ROPE_THETA, ModelConfig
 from vocab import Vocab
 
 FORMAT = 1

@@ -8,7 +8,6 @@ length-grouping, training batches hold examples of similar length, so even less 
 scores the whole dev split (MNLI's two, matched and mismatched) at every validation.
 """
 import dataclasses
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,11 +17,12 @@ import glue_data
 import glue_metrics
 import glue_tasks
 import pair_encoding
-from batching import BatchOrder, LengthGroupedBatchOrder, kept_rows, padded_width
+from batching import padded_width
+from config import model_config
 from distributed import every_rank
 from errors import UserError
-from hardware import to_device
-from model import BertForSequenceClassification, ModelConfig, model_config
+from fine_tuning import EncodedSplit, FineTuningTask
+from model import BertForSequenceClassification, ModelConfig
 
 
 def glue_task_of(config) -> glue_tasks.GlueTask:
@@ -34,14 +34,11 @@ def glue_task_of(config) -> glue_tasks.GlueTask:
 
 
 @dataclass
-class Part:
+class Part(EncodedSplit):
     """One file set of a split (MNLI's validation has two: matched and mismatched), encoded."""
     name: str  # the split as glue_tasks.py names it: validation_matched
     examples: glue_data.Examples
     encoded: pair_encoding.EncodedExamples
-
-    def __len__(self) -> int:
-        return len(self.examples)
 
     def batch(self, rows: np.ndarray, pad_id: int, seq_len: int) -> dict:
         width = padded_width(self.encoded.lengths[rows], seq_len)
@@ -81,24 +78,16 @@ def pearson_from_sums(sums: np.ndarray) -> float | None:
     return float((n * py - p * y) / np.sqrt(spread)) if spread > 0 else None
 
 
-class ClassificationTask:
+class ClassificationTask(FineTuningTask):
     """A classifier (or STS-B's regressor) on BERT, examples in, labels out. best.pt goes by the
     task's GLUE score: its metric, or the mean of its two (MRPC, QQP, STS-B)."""
-    lower_is_better = False
-    predictions_per_token = 0.0  # no MLM head
     measuring_keys = ("seq_len", "dataset_percentage", "val_dataset_percentage")  # examples are cut to seq-len
-    data_source = None  # a fine-tuning's data is named by its task
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
-        self.name = config.task_type
+        super().__init__(config, vocab, device, rank, world_size)
         self.glue_task = glue_task_of(config)
         self.best_metric = self.glue_task.metrics[0] if len(self.glue_task.metrics) == 1 else "score"
-        self.config = config
-        self.vocab = vocab
-        self.device = device
-        self.order = BatchOrder(config.batch_size, config.seed, rank, world_size)
-        self.splits: dict[str, list[Part]] = {}
-        self.data("train")  # fail early on a missing train split
+        self.split("train")  # fail early on a missing train split
 
     @property
     def num_labels(self) -> int:
@@ -108,62 +97,19 @@ class ClassificationTask:
         """glue_tasks.py's names of a split's parts: val is every dev split, test every test split."""
         return {"train": ("train",), "val": self.glue_task.dev_splits, "test": self.glue_task.test_splits}[split]
 
-    def parts(self, split: str) -> list[Part]:
-        if split not in self.splits:
-            self.splits[split] = [self.read_part(split, name) for name in self.split_names(split)]
-        return self.splits[split]
-
-    def data(self, split: str) -> Part:
-        """The split's first part: the whole of it except for MNLI's second dev and test sets."""
-        return self.parts(split)[0]
-
     def read_part(self, split: str, name: str) -> Part:
         examples = glue_data.read_split(self.config.glue_path, self.glue_task, name)
-        path = examples.files[0]
-        kept = kept_rows(len(examples), self.config.share_of(split), self.config.seed)
-        if len(kept) < len(examples):
-            examples = examples.select(kept)
         if split == "train" and examples.labels_hidden:
-            raise UserError(f"{path}: the training split's labels are hidden")
-        if len(examples) < self.order.batch_size * self.order.world_size:
-            raise UserError(f"{path}: {len(examples)} examples are fewer than one batch "
-                            f"(batch-size {self.order.batch_size} x {self.order.world_size} processes)")
+            raise UserError(f"{examples.files[0]}: the training split's labels are hidden")
+        examples = self.kept(examples, split, "examples")
         encoded = pair_encoding.encode_examples(self.vocab, examples.first, examples.second, self.config.seq_len)
         return Part(name, examples, encoded)
-
-    def check_data(self, splits: tuple[str, ...]):
-        for split in splits:
-            self.parts(split)
 
     def model_config(self, max_len: int | None = None) -> ModelConfig:
         return model_config(self.config, self.vocab, max_len, num_labels=self.num_labels)
 
     def build_model(self, max_len: int | None = None) -> BertForSequenceClassification:
         return BertForSequenceClassification(self.model_config(max_len))
-
-    def train_batches(self, position: dict | None):
-        data = self.data("train")
-        order = self.order
-        if self.config.length_grouping:
-            order = LengthGroupedBatchOrder(data.encoded.lengths, order.batch_size, order.seed, order.rank,
-                                            order.world_size)
-        return order.batches(position, lambda epoch: len(data),
-                             lambda epoch, rows: data.batch(rows, self.vocab.pad_id, self.config.seq_len))
-
-    def eval_batches(self, split: str, count: int | None):
-        """Every example of the split's parts once, tagged with its part; or for the test split the
-        first `count` batches (test-iters). Validation always scores the whole dev split: val-iters is
-        for pre-training."""
-        batches = (batch for number, part in enumerate(self.parts(split)) for batch in self.part_batches(part, number))
-        return batches if count is None or split == "val" else itertools.islice(batches, count)
-
-    def part_batches(self, part: Part, number: int = 0):
-        """The part's device batches in order (the last may be short), each rank every world-size-th example."""
-        rows = np.arange(len(part))[self.order.rank::self.order.world_size]
-        size = self.order.batch_size
-        for start in range(0, len(rows), size):
-            batch = part.batch(rows[start:start + size], self.vocab.pad_id, self.config.seq_len)
-            yield to_device(batch, self.device, False) | {"part": number}
 
     def outputs(self, model, batch: dict):
         return model(batch["input_ids"], batch.get("labels"), attention_mask=batch["attention_mask"],
@@ -201,8 +147,6 @@ class ClassificationTask:
         model.train()
         gathered = every_rank((loss_sum, collected))
         loss_sum, collected = sum(each[0] for each in gathered), [item for each in gathered for item in each[1]]
-        if not collected:
-            raise UserError("the evaluation split has no batch: it holds fewer examples than batch-size")
         examples = sum(len(labels) for _, _, labels in collected)
         metrics = {"loss": loss_sum / examples}
         for number in sorted({part for part, _, _ in collected}):

@@ -3,11 +3,11 @@ legacy.py's GPT article arrays): the encoder with a causal mask, each position
 predicting the next token; loss and accuracy over every real next token."""
 import torch
 
+from config import model_config
 from hardware import to_device
 from lm_data import DATA_KEYS, LanguageModelData
-from masking import IGNORE_INDEX
 from mlm_task import token_statistics
-from model import BertForCausalLM, ModelConfig, model_config
+from model import IGNORE_INDEX, BertForCausalLM, ModelConfig
 from task import evaluate_by_sums
 
 
@@ -33,6 +33,12 @@ class CausalLMTask:
 
     def check_data(self, splits: tuple[str, ...]):
         self.data.check(splits)
+
+    def train_examples(self) -> int:
+        return self.data.train_examples()
+
+    def take_checkpoint_labels(self, names: tuple[str, ...], kept: bool):
+        pass  # a language model's outputs are the vocabulary's tokens
 
     def submission(self, model, split: str, autocast) -> None:
         return None  # every split has its labels: the next tokens

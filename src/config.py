@@ -1,5 +1,5 @@
 """Training settings: one typed Config, the keys' names and types, the rule for each key and between
-keys (ini.py reads files and the command line into it)."""
+keys (ini.py reads files and the command line into it), and the model (model.ModelConfig) a Config describes."""
 import difflib
 import math
 import re
@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 from errors import UserError
+from architecture import FEED_FORWARDS, NORMS, POOLINGS, POSITIONS, ROPE_THETA, ModelConfig, attention_shape_problem
 from run_plan import (MASK_RATE_FORMS, SCHEDULER_FORMS, duration_seconds, parse_curriculum, parse_mask_rate,
                       parse_scheduler, parse_target, parses)
 
@@ -43,21 +44,7 @@ CLASSIFICATION_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "
 QUESTION_ANSWERING_TASKS = ("squad", "squad_v2")  # SQuAD v1.1, and v2.0 with unanswerable questions
 FINE_TUNING_TASKS = (*CLASSIFICATION_TASKS, "ner", *QUESTION_ANSWERING_TASKS, "embed")
 TASK_TYPES = ("mlm", "clm", "electra", *FINE_TUNING_TASKS)
-# The model variants; model.py checks ModelConfig against the same tuples.
-NORMS = ("postln", "preln", "rmsnorm")
-POSITIONS = ("learned", "rope", "sinusoidal")
-FEED_FORWARDS = ("gelu", "geglu")
-ROPE_THETA = 10_000.0  # RoPE's base as published (Su et al. 2021)
-POOLINGS = ("cls", "mean")
 SENTENCE_OBJECTIVES = ("none", "nsp", "sop")  # the names a shard's pairs are labelled for too (shards.PAIRS)
-
-def attention_shape_problem(d_model: int, heads: int, position: str) -> str | None:
-    """What is wrong with an attention shape, in INI keys, or None; model.py checks ModelConfig with it too."""
-    if d_model % heads:
-        return f"d-model = {d_model} is not divisible by heads = {heads}"
-    if position == "rope" and d_model // heads % 2:
-        return f"position = rope needs an even head width, but d-model / heads = {d_model} / {heads} is odd"
-    return None
 
 
 def curriculum_problem(values: dict) -> str | None:
@@ -346,6 +333,18 @@ class Config:
     def describe(self) -> list[str]:
         """'key = value' lines in INI syntax, for the log."""
         return [f"{key} = {ini_text(value)}".rstrip() for key, value in self.to_dict().items()]
+
+
+def model_config(config: Config, vocab, max_len: int | None = None, **heads) -> ModelConfig:
+    """The encoder a run's config and vocabulary describe, with the heads its task asks for
+    (`causal`, `sentence_classes`, `generator_heads`, `num_labels`: ModelConfig's fields). max_len,
+    the size of the position table, is seq-len, or a checkpoint's where that is larger (bert-base
+    has 512): a longer seq-len than the checkpoint's lengthens the table (checkpoints.load_pretrained)."""
+    return ModelConfig(vocab_size=vocab.size, max_len=max(max_len or 0, config.seq_len), d_model=config.d_model,
+                       heads=config.heads, n_layer=config.n_layer, d_ff=config.feed_forward_size,
+                       dropout=config.dropout, pad_id=vocab.pad_id, norm=config.norm, position=config.position,
+                       rope_theta=config.rope_theta, feed_forward=config.feed_forward, pooling=config.pooling,
+                       **heads)
 
 
 FIELD_TYPES = {field.name: field.type for field in fields(Config) if field.metadata.get("ini", True)}

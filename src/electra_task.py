@@ -3,10 +3,10 @@ generator fills the masks, the encoder learns to tell every replaced token."""
 import torch
 import torch.nn.functional as F
 
+from config import model_config
 from lm_data import DATA_KEYS, LanguageModelData
-from masking import IGNORE_INDEX
 from mlm_task import MASKING_KEYS, Masker, first_sample, masked_share
-from model import ElectraForPreTraining, ModelConfig, model_config, token_hits, token_loss
+from model import IGNORE_INDEX, ElectraForPreTraining, ModelConfig, token_hits, token_loss
 from task import evaluate_by_sums
 
 
@@ -39,6 +39,12 @@ class ElectraTask:
 
     def check_data(self, splits: tuple[str, ...]):
         self.data.check(splits)
+
+    def train_examples(self) -> int:
+        return self.data.train_examples()
+
+    def take_checkpoint_labels(self, names: tuple[str, ...], kept: bool):
+        pass  # a language model's outputs are the vocabulary's tokens
 
     def submission(self, model, split: str, autocast) -> None:
         return None  # every split has its labels: the replaced tokens

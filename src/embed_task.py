@@ -21,33 +21,26 @@ import torch.nn.functional as F
 
 import embed_data
 from batching import gather_padded, kept_rows, padded_width
+from config import model_config
 from distributed import every_rank
 from embed_data import Pairs, Retrieval
 from errors import UserError
+from fine_tuning import EncodedSplit, FineTuningTask
 from glue_data import SIMILARITY_RANGE, Examples
 from glue_metrics import pearson, spearman
 from hardware import to_device
-from model import BertForEmbedding, ModelConfig, model_config
+from model import BertForEmbedding, ModelConfig
 from pair_encoding import EncodedExamples, encode_examples
 from retrieval_metrics import best_documents, retrieval_scores
-from window_task import WindowTask
-
-SPLITS = {"val": "validation", "test": "test"}
 
 
-class TrainingPairs:
-    """The training split: its pairs and each column's encoded texts."""
+class TrainingPairs(EncodedSplit):
+    """The training split: its pairs and each column's encoded texts, a row a pair (its anchor's length)."""
 
     def __init__(self, pairs: Pairs, columns: list[EncodedExamples]):
         self.pairs = pairs
         self.columns = columns
-
-    def __len__(self) -> int:
-        return len(self.pairs)
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return self.columns[0].lengths
+        self.encoded = columns[0]
 
     def batch(self, rows: np.ndarray, pad_id: int, seq_len: int) -> dict:
         """The anchors, then the positives, then the negatives of `rows`, padded to one width."""
@@ -66,30 +59,26 @@ class EvaluationSplit:
     parts: dict[str, EncodedExamples]
 
 
-class EmbeddingTask(WindowTask):
+class EmbeddingTask(FineTuningTask):
     """Sentence embeddings on BERT: BertForEmbedding, trained on pairs, scored by STS and retrieval."""
-    name = "embed"
-    lower_is_better = False
-    predictions_per_token = 0.0  # no MLM head
     measuring_keys = ("seq_len", "pooling", "temperature", "dataset_percentage", "val_dataset_percentage")
-    data_source = None
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         super().__init__(config, vocab, device, rank, world_size)
-        self.best_metric = "spearman" if self.data("val").similarity is not None else "ndcg@10"
+        self.best_metric = "spearman" if self.split("val").similarity is not None else "ndcg@10"
 
-    def read_split(self, split: str) -> TrainingPairs | EvaluationSplit:
-        if split == "train":
+    def read_part(self, split: str, name: str) -> TrainingPairs | EvaluationSplit:
+        if split == "train":  # pairs to train on; validation and test: scored pairs or retrieval
             pairs = self.kept(embed_data.read_pairs(self.config.glue_path), split, "training pairs")
             return TrainingPairs(pairs, [self.encode(texts) for texts in pairs.columns])
-        return self.evaluation_split(split)
+        return self.evaluation_split(split, name)
 
     def encode(self, texts: list[str]) -> EncodedExamples:
         return encode_examples(self.vocab, texts, None, self.config.seq_len)
 
-    def evaluation_split(self, split: str) -> EvaluationSplit:
+    def evaluation_split(self, split: str, name: str) -> EvaluationSplit:
         """The split's scored pairs and retrieval queries (val-dataset-percentage of them for validation)."""
-        directory, name = self.config.glue_path, SPLITS[split]
+        directory = self.config.glue_path
         share, seed = self.config.share_of(split), self.config.seed
         similarity = embed_data.read_similarity(directory, name)
         if similarity is not None:
@@ -121,7 +110,7 @@ class EmbeddingTask(WindowTask):
     def loss(self, model, batch: dict, generator=None, mask_rate=None):
         """Mean InfoNCE loss of the anchors, and [anchors, anchors whose positive scores best]."""
         embeddings = model(batch["input_ids"], batch["attention_mask"])
-        anchors = len(embeddings) // len(self.data("train").columns)
+        anchors = len(embeddings) // len(self.split("train").columns)
         candidates, first = every_process_candidates(embeddings[anchors:])
         loss, right = contrastive_loss(embeddings[:anchors], candidates, self.config.temperature, first)
         return loss, torch.stack([torch.tensor(anchors, device=right.device), right])
@@ -131,7 +120,7 @@ class EmbeddingTask(WindowTask):
 
     def eval_batches(self, split: str, count: int | None):
         """Every text of each part once (each rank every world-size-th), shortest first: little padding."""
-        data, size = self.data(split), self.order.batch_size
+        data, size = self.split(split), self.order.batch_size
         for part, encoded in data.parts.items():
             rows = np.argsort(encoded.lengths, kind="stable")[self.order.rank::self.order.world_size]
             for start in range(0, len(rows), size):
@@ -151,7 +140,7 @@ class EmbeddingTask(WindowTask):
             embedded.setdefault(batch["part"], []).append((batch["rows"], vectors.float().cpu().numpy()))
         model.train()
         vectors = assembled(every_rank(embedded))
-        return self.scores(self.data(split), vectors)
+        return self.scores(self.split(split), vectors)
 
     def scores(self, data: EvaluationSplit, vectors: dict[str, np.ndarray]) -> dict:
         metrics = {}
@@ -171,7 +160,7 @@ class EmbeddingTask(WindowTask):
 
     def show_predictions(self, model, autocast) -> str:
         """A few validation pairs with their cosine and score, or queries with the document found."""
-        data = self.data("val")
+        data = self.split("val")
         model.eval()
         shown = {part: encoded for part, encoded in data.parts.items() if part != "documents"}
         with autocast:
@@ -185,9 +174,6 @@ class EmbeddingTask(WindowTask):
                 for value, score, first, second in zip(cosine, data.similarity.labels, data.similarity.first,
                                                        data.similarity.second))
         return "predictions: " + ", ".join(repr(query[:60]) for query in data.retrieval.queries[:4])
-
-    def submission(self, model, split: str, autocast):
-        return None  # the scores of every split are known
 
 
 def text_batch(encoded: EncodedExamples, rows: np.ndarray, pad_id: int, seq_len: int) -> dict:

@@ -3,18 +3,15 @@
 BERT's own architecture (post-LN, learned positions, GELU, [CLS] pooling) becomes transformers'
 native classes (BertForMaskedLM, BertForSequenceClassification, ...; ELECTRA's discriminator
 ElectraForPreTraining). Any other becomes a model whose code travels in the directory, loaded with
-trust_remote_code=True: etc/hf/'s two files adapt inputs and outputs, and bert_variant_layers.py,
-generated here from src/model.py, is the program's own model code, so the two cannot drift apart.
+trust_remote_code=True: etc/hf/'s two files adapt inputs and outputs to src/model.py, with its
+siblings architecture.py and cpu_kernels.py, copied as they are, so the exported model cannot drift
+from ours.
 """
-import ast
-import importlib
-import inspect
 import json
 import re
 from pathlib import Path
 
 import checkpoints
-import model as model_module
 from config import CLASSIFICATION_TASKS, FINE_TUNING_TASKS
 from errors import UserError
 from glue_tasks import label_names
@@ -22,23 +19,25 @@ from hf_weights import to_hf
 from model import INIT_STD
 from vocab import SPECIAL_TOKEN_NAMES, Vocab, tokenizer_config
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "etc" / "hf"
-LAYERS_MODULE = "bert_variant_layers"
+SOURCE = Path(__file__).resolve().parent
+TEMPLATES = SOURCE.parent / "etc" / "hf"
 ADAPTERS = ("configuration_bert_variant.py", "modeling_bert_variant.py")
+# The program's model code, copied as it is: model.py imports torch and its siblings architecture.py
+# and cpu_kernels.py alone.
+MODEL_FILES = ("model.py", "architecture.py", "cpu_kernels.py")
 # An embedding model's sentence-transformers modules: the directory's encoder, its pooling, the
 # scaling to length 1 (which has no settings, so no folder).
 SENTENCE_TRANSFORMERS_MODULES = (("", "Transformer"), ("1_Pooling", "Pooling"), ("2_Normalize", "Normalize"))
-# Every file an export writes, and the folders with theirs: --force replaces a directory that holds these alone.
+# Every file an export writes (bert_variant_layers.py: an earlier export's model code), and the folders
+# with theirs: --force replaces a directory that holds these alone.
 EXPORT_FILES = ("config.json", "model.safetensors", "README.md", "vocab.txt", "tokenizer.json",
-                "tokenizer_config.json", "special_tokens_map.json", *ADAPTERS, f"{LAYERS_MODULE}.py",
+                "tokenizer_config.json", "special_tokens_map.json", *ADAPTERS, *MODEL_FILES, "bert_variant_layers.py",
                 "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 EXPORT_FOLDERS = {"1_Pooling": ("config.json",)}
 # The model card's own words, which tell an earlier export from a model downloaded with the same file names.
 CARD_MARK = "Exported by the BERT-from-scratch program's `scripts/export_hf.py`"
 # Settings transformers' BERT expresses, with BERT's value; pooling only matters to classifiers.
 BERT_ARCHITECTURE = {"norm": "postln", "position": "learned", "feed_forward": "gelu"}
-# What src/model.py imports that only a training run needs: the definitions using them stay behind.
-RUN_ONLY = {"Config"}
 # The ModelConfig fields a non-BERT export's config.json carries under their own names (import reads them back).
 VARIANT_FIELDS = ("vocab_size", "max_len", "d_model", "heads", "n_layer", "d_ff", "dropout", "segments",
                   "layer_norm_eps", "norm", "position", "rope_theta", "feed_forward", "causal", "sentence_classes",
@@ -158,88 +157,9 @@ def variant_config(checkpoint: dict) -> dict:
 # ----------------------------------------------------------------------------------------- code files
 
 def code_files() -> dict[str, str]:
-    """The remote code: etc/hf's adapters and the layers generated from src/model.py."""
+    """The remote code: etc/hf's adapters, and src/'s MODEL_FILES as they are."""
     return {name: (TEMPLATES / name).read_text(encoding="utf-8") for name in ADAPTERS} | {
-        f"{LAYERS_MODULE}.py": layers_source()}
-
-
-def layers_source() -> str:
-    """src/model.py as a file that stands alone: its imports from the program's other modules
-    replaced by the definitions they import (cpu_kernels.py whole), and the definitions that need
-    a training run's Config left out."""
-    source = inspect.getsource(model_module)
-    imports, definitions, borrowed, whole_modules = [], [], [], []
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.Import) and all(is_ours(alias.name) for alias in node.names):
-            whole_modules += [alias.name for alias in node.names]
-            for alias in node.names:
-                borrowed += module_definitions(importlib.import_module(alias.name), imports)
-        elif isinstance(node, ast.ImportFrom) and is_ours(node.module):
-            borrowed += imported_definitions(node)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            imports.append(ast.unparse(node))
-        elif not uses(node, RUN_ONLY) and not is_docstring(node):
-            definitions.append(source_of(source, node))
-    body = "\n\n\n".join(definitions)
-    for name in whole_modules:  # `cpu_kernels.attention` is `attention` once its definitions are here
-        body = re.sub(rf"\b{name}\.", "", body)
-    header = ('"""BERT and its variants: src/model.py of the BERT-from-scratch program, generated by '
-              'scripts/export_hf.py.\nDo not edit: export again."""')
-    check_names_unique(borrowed + definitions)
-    return "\n".join([header, *dict.fromkeys(imports), "", "", *borrowed, body]) + "\n"
-
-
-def is_ours(module_name: str | None) -> bool:
-    """Whether a module is one of the program's own (src/), which the generated file cannot import."""
-    return module_name is not None and (Path(model_module.__file__).parent / f"{module_name}.py").is_file()
-
-
-def module_definitions(module, imports: list[str]) -> list[str]:
-    """A module's top-level definitions as source; its imports join `imports`."""
-    source = inspect.getsource(module)
-    kept = []
-    for node in ast.parse(source).body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            imports.append(ast.unparse(node))
-        elif not is_docstring(node):
-            kept.append(source_of(source, node) + "\n\n")
-    return kept
-
-
-def imported_definitions(node: ast.ImportFrom) -> list[str]:
-    """`from config import NORMS, attention_shape_problem`: the constants' values, the functions' source."""
-    module = importlib.import_module(node.module)
-    kept = []
-    for alias in node.names:
-        if alias.name in RUN_ONLY:
-            continue
-        value = getattr(module, alias.name)
-        kept.append(inspect.getsource(value) + "\n\n" if callable(value) else f"{alias.name} = {value!r}\n")
-    return kept
-
-
-def source_of(source: str, node: ast.stmt) -> str:
-    """A top-level statement's text, decorators included."""
-    first = min([node.lineno] + [decorator.lineno for decorator in getattr(node, "decorator_list", [])])
-    return "\n".join(source.splitlines()[first - 1:node.end_lineno])
-
-
-def uses(node: ast.AST, names: set[str]) -> bool:
-    return any(isinstance(child, ast.Name) and child.id in names for child in ast.walk(node))
-
-
-def is_docstring(node: ast.AST) -> bool:
-    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
-
-
-def check_names_unique(sources: list[str]):
-    """A name defined twice would silently shadow one definition in the generated file."""
-    names = [node.name if hasattr(node, "name") else ast.unparse(node.targets[0])
-             for source in sources for node in ast.parse(source.strip()).body
-             if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Assign))]
-    repeated = sorted({name for name in names if names.count(name) > 1})
-    if repeated:
-        raise RuntimeError(f"bert_variant_layers.py would define {', '.join(repeated)} twice")
+        name: (SOURCE / name).read_text(encoding="utf-8") for name in MODEL_FILES}
 
 
 def sentence_transformers_files(checkpoint: dict) -> dict[str, str]:
@@ -309,7 +229,7 @@ def model_card(checkpoint: dict, checkpoint_path: Path) -> str:
              f"positions {saved.get('position', 'learned')} (up to {saved['max_len']} tokens), "
              f"vocabulary {saved['vocab_size']} WordPiece tokens.",
              "" if is_native(checkpoint) else "\nNot BERT's own layout, so the model's code travels in this "
-             "directory (`bert_variant_layers.py` is the program's `src/model.py`).",
+             "directory (`model.py`, `architecture.py` and `cpu_kernels.py` are the program's own, as they are).",
              "", "## Training", ""]
     lines += [f"- {stage_line(stage)}" for stage in checkpoints.lineage(checkpoint)]
     if task in FINE_TUNING_TASKS and checkpoint["best"] is not None:

@@ -15,7 +15,8 @@ import numpy as np
 from batching import BatchOrder, gather_padded
 from config import ini_text
 from errors import UserError
-from masking import IGNORE_INDEX, MaskingRule, predictions_per_sequence
+from masking import MaskingRule, predictions_per_sequence
+from model import IGNORE_INDEX
 from shard_stream import (EpochPlan, ShardFile, ShardLoader, as_array, epoch_sets, positions_between, rank_positions,
                           scan)
 from shards import Shard, find_shards, from_arrays, join_shards, read_shard, select_rows
@@ -319,6 +320,10 @@ class LanguageModelData:
         """Each split's headers were checked when it opened; its first batch is read too."""
         for name in splits:
             next(self.split(name).fixed_batches(1), None)
+
+    def train_examples(self) -> int:
+        """The samples of one pass over the training split: its first epoch's files, their kept share."""
+        return self.split("train").plan(0).total
 
     def train_batches(self, position: dict | None):
         return self.split("train").batches(position)

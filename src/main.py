@@ -85,7 +85,7 @@ def run(config: Config, checkpoint: Path | None, test: bool, rank: int = 0, worl
     if saved is not None:
         config = checkpoints.with_architecture(config, saved)
     task = make_task(config, rank, world_size)
-    config = with_run_length(config, len(task.data("train")) if config.epochs else 0, world_size)
+    config = with_run_length(config, task.train_examples() if config.epochs else 0, world_size)
     if decay:
         config = decay_branch(config, saved, checkpoint, task.name)
     elif saved is not None:

@@ -10,9 +10,8 @@ from dataclasses import dataclass, fields
 import torch
 
 from config import DEFAULTS
+from model import IGNORE_INDEX
 from run_plan import parse_mask_rate
-
-IGNORE_INDEX = -100
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,11 @@ import dataclasses
 
 import torch
 
+from config import model_config
 from hardware import to_device
 from lm_data import DATA_KEYS, LanguageModelData
-from masking import IGNORE_INDEX, MaskingRule, mask_tokens, predictions_per_sequence
-from model import BertForMaskedLM, BertForPreTraining, ModelConfig, model_config, token_hits
+from masking import MaskingRule, mask_tokens, predictions_per_sequence
+from model import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining, ModelConfig, token_hits
 from run_plan import parse_mask_rate
 from task import evaluate_by_sums
 
@@ -97,6 +98,12 @@ class MaskedLMTask:
 
     def check_data(self, splits: tuple[str, ...]):
         self.data.check(splits)
+
+    def train_examples(self) -> int:
+        return self.data.train_examples()
+
+    def take_checkpoint_labels(self, names: tuple[str, ...], kept: bool):
+        pass  # a language model's outputs are the vocabulary's tokens
 
     def submission(self, model, split: str, autocast) -> None:
         return None  # every MLM split has its labels: the masked tokens

@@ -5,74 +5,31 @@ ModelConfig switches each part: norm (preln, rmsnorm), position (rope, sinusoida
 causal attention (for causal LM). Then the models: BertForMaskedLM, BertForPreTraining (MLM +
 a next-sentence or sentence-order head), BertForCausalLM, ElectraForPreTraining (replaced-token
 detection), BertForSequenceClassification, BertForEmbedding (sentence embeddings),
-BertForTokenClassification and BertForQuestionAnswering.
-model_config() builds a ModelConfig from the run's Config in one step; flops_per_token and
-parameter_count measure a model from its shape (MFU; hardware.py's memory check).
+BertForTokenClassification and BertForQuestionAnswering. flops_per_token and parameter_count
+measure a model from its shape (MFU; hardware.py's memory check).
+It imports torch, architecture.py (ModelConfig, torch-free) and cpu_kernels.py alone, so that an
+export ships the three files as they are (hf_export.py); config.py builds a ModelConfig from the
+run's Config.
 """
 import functools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-import cpu_kernels
-from config import FEED_FORWARDS, NORMS, POOLINGS, POSITIONS, ROPE_THETA, Config, attention_shape_problem
-from masking import IGNORE_INDEX
+# Exported (hf_export.py), this file is a module of transformers' package of remote code, which
+# copies the files a module imports relatively (architecture.py, cpu_kernels.py); in src/ it is a
+# top-level module.
+try:
+    from .architecture import IGNORE_INDEX, ModelConfig
+    from .cpu_kernels import Dropout, attention as cpu_attention
+except ImportError:
+    from architecture import IGNORE_INDEX, ModelConfig
+    from cpu_kernels import Dropout, attention as cpu_attention
 
 INIT_STD = 0.02  # BERT's: the spread of every initial weight
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    vocab_size: int
-    max_len: int = 512
-    d_model: int = 768
-    heads: int = 12
-    n_layer: int = 12
-    d_ff: int = 3072
-    dropout: float = 0.1
-    segments: int = 2  # token type vocabulary, as in BERT
-    pad_id: int = 0
-    num_labels: int = 2
-    layer_norm_eps: float = 1e-12
-    norm: str = "postln"  # postln: BERT; preln: LayerNorm before each sublayer; rmsnorm: preln with RMSNorm
-    # learned: a table added to the embeddings; sinusoidal: a fixed sin/cos table added to them;
-    # rope: rotary, in attention
-    position: str = "learned"
-    rope_theta: float = ROPE_THETA  # rope's base: larger turns slower, for longer contexts
-    feed_forward: str = "gelu"  # gelu: BERT's; geglu: gated, GELU(x W) * (x V)
-    causal: bool = False  # each position attends to itself and earlier ones only
-    sentence_classes: int = 0  # BertForPreTraining: 2 for next-sentence or sentence-order prediction
-    generator_heads: int = 0  # ElectraForPreTraining: the generator's heads, of the same width as ours
-    pooling: str = "cls"  # BertForSequenceClassification: cls (BERT) or mean of the real tokens' states
-    label_names: tuple[str, ...] = ()  # BertForTokenClassification: what each output means (B-PER), from its data
-
-    def __post_init__(self):
-        for name, choices in (("norm", NORMS), ("position", POSITIONS), ("feed_forward", FEED_FORWARDS),
-                              ("pooling", POOLINGS)):
-            if getattr(self, name) not in choices:
-                raise ValueError(f"{name} {getattr(self, name)!r} is not one of {choices}")
-        problem = attention_shape_problem(self.d_model, self.heads, self.position)
-        if problem:
-            raise ValueError(problem)
-
-    @property
-    def pre_norm(self) -> bool:
-        return self.norm != "postln"
-
-
-def model_config(config: Config, vocab, max_len: int | None = None, **heads) -> ModelConfig:
-    """The encoder a run's config and vocabulary describe, with the heads its task asks for
-    (`causal`, `sentence_classes`, `generator_heads`, `num_labels`: ModelConfig's fields). max_len,
-    the size of the position table, is seq-len, or a checkpoint's where that is larger (bert-base
-    has 512): a longer seq-len than the checkpoint's lengthens the table (checkpoints.load_pretrained)."""
-    return ModelConfig(vocab_size=vocab.size, max_len=max(max_len or 0, config.seq_len), d_model=config.d_model,
-                       heads=config.heads, n_layer=config.n_layer, d_ff=config.feed_forward_size,
-                       dropout=config.dropout, pad_id=vocab.pad_id, norm=config.norm, position=config.position,
-                       rope_theta=config.rope_theta, feed_forward=config.feed_forward, pooling=config.pooling,
-                       **heads)
 
 
 def make_norm(config: ModelConfig) -> nn.Module:
@@ -104,7 +61,7 @@ class Embeddings(nn.Module):
         self.register_buffer("fixed_positions", fixed, persistent=False)  # computed, never saved
         self.segment = nn.Embedding(config.segments, config.d_model)
         self.norm = make_norm(config)
-        self.dropout = cpu_kernels.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, input_ids, segment_ids=None, positions=None):
         """positions: [batch, length] (token_positions), or None for 0 .. length - 1."""
@@ -185,7 +142,7 @@ def attend(q, k, v, attention_mask, dropout: float, causal: bool):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, dropout_p=dropout, is_causal=causal)
     if causal and dropout > 0:  # the CPU's attention with dropout takes causality as a mask
         attention_mask, causal = earlier_or_same(q.shape[2], q.device), False
-    return cpu_kernels.attention(q, k, v, attention_mask, dropout, causal)
+    return cpu_attention(q, k, v, attention_mask, dropout, causal)
 
 
 @functools.cache
@@ -226,7 +183,7 @@ class EncoderLayer(nn.Module):
         self.attention_norm = make_norm(config)
         self.feed_forward = FeedForward(config)
         self.feed_forward_norm = make_norm(config)
-        self.dropout = cpu_kernels.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, x, attention_mask=None, rotary=None):
         if self.pre_norm:
@@ -482,7 +439,7 @@ class BertForSequenceClassification(nn.Module):
         self.config = config
         self.encoder = Encoder(config)
         self.pooler = nn.Linear(config.d_model, config.d_model)
-        self.dropout = cpu_kernels.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.classifier = nn.Linear(config.d_model, config.num_labels)
         self.apply(init_weights)
 
@@ -533,7 +490,7 @@ class BertForTokenClassification(nn.Module):
         super().__init__()
         self.config = config
         self.encoder = Encoder(config)
-        self.dropout = cpu_kernels.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.classifier = nn.Linear(config.d_model, config.num_labels)
         self.apply(init_weights)
 

@@ -85,7 +85,8 @@ class StaticMasker:
 
     def __call__(self, samples: list[np.ndarray], block_index: int) -> list[MaskedSample]:
         import torch
-        from masking import IGNORE_INDEX, mask_tokens
+        from masking import mask_tokens
+        from model import IGNORE_INDEX
         lengths = np.array([len(sample) for sample in samples])
         # Pad to the block's longest sample with [PAD], which mask_tokens never picks.
         padded = np.full((len(samples), lengths.max()), self.vocab.pad_id, dtype=np.int64)

@@ -263,9 +263,7 @@ class RunStarter:
     def take_checkpoint_labels(self, checkpoint: dict, kept: bool):
         """A task whose outputs have names (ner's tags) reads its data against a checkpoint's names,
         tag by name: a model's labels are part of it (kept: the model is the checkpoint's)."""
-        take = getattr(self.task, "take_checkpoint_labels", None)  # not a part of every Task
-        if take is not None:
-            take(tuple(checkpoint["model_config"]["label_names"]), kept)
+        self.task.take_checkpoint_labels(tuple(checkpoint["model_config"]["label_names"]), kept)
 
     def check_model_fits(self, shape: ModelConfig):
         """A model too large for the machine is one line before it is allocated, not a process the

@@ -17,34 +17,26 @@ import torch
 
 import squad_data
 from batching import gather_padded, padded_width
+from config import model_config
 from distributed import every_rank
-from errors import UserError
+from fine_tuning import EncodedSplit, FineTuningTask
 from hardware import to_device
-from model import BertForQuestionAnswering, ModelConfig, model_config
+from model import BertForQuestionAnswering, ModelConfig
 from squad_data import EncodedQuestions, Questions
 from squad_metrics import squad_scores
-from window_task import WindowTask
 
-SPLITS = {"train": "train", "val": "validation", "test": "test"}
 N_BEST = 20  # start and end candidates per window, as run_qa.py and BERT's own script take
 
 
 @dataclass
-class QuestionSplit:
+class QuestionSplit(EncodedSplit):
     """One split: its questions and their encoded windows."""
     questions: Questions
-    windows: EncodedQuestions
-
-    def __len__(self) -> int:
-        return len(self.windows)
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return self.windows.lengths
+    encoded: EncodedQuestions
 
     def batch(self, rows: np.ndarray, pad_id: int, seq_len: int) -> dict:
         """Windows `rows`, padded to the longest (a multiple of 8)."""
-        windows = self.windows
+        windows = self.encoded
         width = padded_width(windows.lengths[rows], seq_len)
         input_ids, real = gather_padded(windows.tokens, windows.starts, rows, width, pad_id)
         segment_ids, _ = gather_padded(windows.segments, windows.starts, rows, width, 0)
@@ -65,17 +57,17 @@ def best_answers(data: QuestionSplit, logits: dict[int, tuple[np.ndarray, np.nda
     """The best legal span of each question whose windows the logits (window -> start, end) cover."""
     by_question: dict[int, list[int]] = {}
     for window in sorted(logits):
-        by_question.setdefault(int(data.windows.questions[window]), []).append(window)
+        by_question.setdefault(int(data.encoded.questions[window]), []).append(window)
     answers = {}
     for question, windows in by_question.items():
         best, best_score, null_score = (0, 0), -np.inf, np.inf
         for window in windows:
             start_logits, end_logits = logits[window]
             null_score = min(null_score, float(start_logits[0] + end_logits[0]))
-            span, score = best_span(start_logits, end_logits, data.windows, window, max_answer_length)
+            span, score = best_span(start_logits, end_logits, data.encoded, window, max_answer_length)
             if score > best_score:  # an earlier window wins a tie, as in run_qa's stable sort
                 best, best_score = span, score
-        context, offsets = data.questions.contexts[question], data.windows.offsets[question]
+        context, offsets = data.questions.contexts[question], data.encoded.offsets[question]
         text = context[offsets[best[0], 0]:offsets[best[1], 1]] if best_score > -np.inf else ""
         answers[question] = Answer(text, best_score, null_score)
     return answers
@@ -107,23 +99,19 @@ def highest(logits: np.ndarray) -> np.ndarray:
     return np.argsort(logits)[-1:-N_BEST - 1:-1]
 
 
-class QuestionAnsweringTask(WindowTask):
+class QuestionAnsweringTask(FineTuningTask):
     """SQuAD on BERT: BertForQuestionAnswering, scored by exact match and F1."""
     best_metric = "f1"
-    lower_is_better = False
-    predictions_per_token = 0.0  # no MLM head
     measuring_keys = ("seq_len", "doc_stride", "max_query_length", "max_answer_length", "null_score_threshold",
                       "dataset_percentage", "val_dataset_percentage")
-    data_source = None
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         super().__init__(config, vocab, device, rank, world_size)
-        self.name = config.task_type
-        self.data("train")  # fail early on a missing or bad train split
+        self.split("train")  # fail early on a missing or bad train split
 
-    def read_split(self, split: str) -> QuestionSplit:
+    def read_part(self, split: str, name: str) -> QuestionSplit:
         config = self.config
-        questions = self.kept(squad_data.read_split(config.glue_path, self.name, SPLITS[split]), split, "questions")
+        questions = self.kept(squad_data.read_split(config.glue_path, self.name, name), split, "questions")
         windows = squad_data.encode_questions(self.vocab, questions, config.seq_len, config.doc_stride,
                                               config.max_query_length)
         return QuestionSplit(questions, windows)
@@ -166,9 +154,7 @@ class QuestionAnsweringTask(WindowTask):
         gathered = every_rank((loss_sum, windows, logits))
         loss_sum, windows = sum(each[0] for each in gathered), sum(each[1] for each in gathered)
         logits = {window: value for each in gathered for window, value in each[2].items()}
-        if not logits:
-            raise UserError("the evaluation split has no batch: it holds fewer questions than batch-size")
-        data = self.data(split)
+        data = self.split(split)
         answers = best_answers(data, logits, self.config.max_answer_length)
         return {"loss": loss_sum / windows, **self.scores(data.questions, answers), "questions": len(answers)}
 
@@ -188,8 +174,8 @@ class QuestionAnsweringTask(WindowTask):
 
     def show_predictions(self, model, autocast) -> str:
         """A few validation questions with the predicted answer and the gold ones."""
-        data = self.data("val")
-        first = np.nonzero(data.windows.questions < 4)[0]
+        data = self.split("val")
+        first = np.nonzero(data.encoded.questions < 4)[0]
         batch = to_device(data.batch(first, self.vocab.pad_id, self.config.seq_len), self.device, False)
         model.eval()
         with torch.no_grad(), autocast:
@@ -199,9 +185,6 @@ class QuestionAnsweringTask(WindowTask):
         lines = [f"  {data.questions.questions[row]} -> {self.predicted_text(answer)!r} (gold "
                  f"{[text for text, _ in data.questions.answers[row]] or ['']})" for row, answer in answers.items()]
         return "predictions:\n" + "\n".join(lines)
-
-    def submission(self, model, split: str, autocast):
-        return None  # SQuAD's splits carry their answers
 
 
 def window_logits(batch: dict, start: torch.Tensor, end: torch.Tensor) -> dict[int, tuple[np.ndarray, np.ndarray]]:

@@ -32,6 +32,13 @@ class Task(Protocol):
     def check_data(self, splits: tuple[str, ...]):
         """Open and check these splits now: a bad file stops the run before its first step."""
 
+    def train_examples(self) -> int:
+        """The examples (an LM's samples) of one pass over the training split: what `epochs` counts."""
+
+    def take_checkpoint_labels(self, names: tuple[str, ...], kept: bool):
+        """Read the data against a checkpoint's label names, tag by name (kept: the model is the
+        checkpoint's); a task whose outputs have no names (all but ner) passes."""
+
     def train_batches(self, position: dict | None) -> Iterator[tuple[dict, dict]]:
         """Endless (position after it, numpy batch) pairs from `position` on: the data order to resume."""
 

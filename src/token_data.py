@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from errors import UserError
 from glue_data import parquet_shards
-from masking import IGNORE_INDEX
+from model import IGNORE_INDEX
 
 # Where a split lives in the CoNLL text layout: the names of Hugging Face's conll2003 files, of
 # the CoNLL-2003 distribution (eng.testa is the dev split) and the .conll of WNUT's.

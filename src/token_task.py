@@ -12,35 +12,25 @@ import torch
 
 import token_data
 from batching import gather_padded, padded_width
+from config import model_config
 from distributed import every_rank
 from entity_metrics import entity_scores
-from errors import UserError
+from fine_tuning import EncodedSplit, FineTuningTask
 from hardware import to_device
-from masking import IGNORE_INDEX
-from model import BertForTokenClassification, ModelConfig, model_config
+from model import IGNORE_INDEX, BertForTokenClassification, ModelConfig
 from token_data import EncodedWindows, TaggedSentences
-from window_task import WindowTask
-
-SPLITS = {"train": "train", "val": "validation", "test": "test"}
 
 
-class TaggedSplit:
+class TaggedSplit(EncodedSplit):
     """One split: its sentences and their encoded windows."""
 
     def __init__(self, sentences: TaggedSentences, windows: EncodedWindows):
         self.sentences = sentences
-        self.windows = windows
-
-    def __len__(self) -> int:
-        return len(self.windows)
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return self.windows.lengths
+        self.encoded = windows
 
     def batch(self, rows: np.ndarray, pad_id: int, seq_len: int) -> dict:
         """Windows `rows`, padded to the longest (a multiple of 8: few shapes, aligned matmuls)."""
-        windows = self.windows
+        windows = self.encoded
         width = padded_width(windows.lengths[rows], seq_len)
         input_ids, real = gather_padded(windows.tokens, windows.offsets, rows, width, pad_id)
         labels, _ = gather_padded(windows.labels, windows.offsets, rows, width, IGNORE_INDEX)
@@ -49,14 +39,10 @@ class TaggedSplit:
                 "scored_words": words, "sentences": windows.sentences[rows]}
 
 
-class TokenClassificationTask(WindowTask):
+class TokenClassificationTask(FineTuningTask):
     """A tag per word on BERT: BertForTokenClassification, scored by entity precision, recall, F1."""
-    name = "ner"
     best_metric = "f1"
-    lower_is_better = False
-    predictions_per_token = 0.0  # no MLM head
     measuring_keys = ("seq_len", "tag_column", "dataset_percentage", "val_dataset_percentage")
-    data_source = None
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         super().__init__(config, vocab, device, rank, world_size)
@@ -69,7 +55,7 @@ class TokenClassificationTask(WindowTask):
         """The model's outputs' names, in its order: a checkpoint's (take_checkpoint_labels), else
         `labels`, else the training split's; each split is read against them, tag by name."""
         if self.names is None:
-            self.names = self.data("train").sentences.label_names
+            self.names = self.split("train").sentences.label_names
         return self.names
 
     @property
@@ -91,12 +77,12 @@ class TokenClassificationTask(WindowTask):
         (another set asks for a new head); else every tag the training split uses."""
         if self.ids_named:
             return set(self.ids_named) == set(names)
-        sentences = self.data("train").sentences
+        sentences = self.split("train").sentences
         return {sentences.label_names[tag] for tags in sentences.tags for tag in tags} <= set(names)
 
-    def read_split(self, split: str) -> TaggedSplit:
+    def read_part(self, split: str, name: str) -> TaggedSplit:
         names = (self.names or ()) if split == "train" else self.label_names  # the training split names a new model's
-        sentences = token_data.read_split(self.config.glue_path, SPLITS[split], self.config.tag_column, names,
+        sentences = token_data.read_split(self.config.glue_path, name, self.config.tag_column, names,
                                           self.ids_named, self.whose)
         sentences = self.kept(sentences, split, "sentences")
         return TaggedSplit(sentences, token_data.encode_sentences(self.vocab, sentences, self.config.seq_len))
@@ -138,9 +124,7 @@ class TokenClassificationTask(WindowTask):
         gathered = every_rank((loss_sum, pieces, scored))
         loss_sum, pieces = sum(each[0] for each in gathered), sum(each[1] for each in gathered)
         scored = [item for each in gathered for item in each[2]]
-        if not scored:
-            raise UserError("the evaluation split has no batch: it holds fewer sentences than batch-size")
-        _, true, predicted = self.tagged(self.data(split).sentences, scored)
+        _, true, predicted = self.tagged(self.split(split).sentences, scored)
         return {"loss": loss_sum / max(pieces, 1), **entity_scores(true, predicted), "sentences": len(true)}
 
     def tagged(self, sentences: TaggedSentences, scored: list) -> tuple[list[int], list[list[str]], list[list[str]]]:
@@ -152,7 +136,7 @@ class TokenClassificationTask(WindowTask):
 
     def show_predictions(self, model, autocast) -> str:
         """A few validation sentences with each entity predicted and true."""
-        data = self.data("val")
+        data = self.split("val")
         rows = np.arange(min(4, len(data)))
         batch = to_device(data.batch(rows, self.vocab.pad_id, self.config.seq_len), self.device, False)
         model.eval()
@@ -166,10 +150,6 @@ class TokenClassificationTask(WindowTask):
             lines.append("  " + " ".join(word if a == b == "O" else f"{word}/{b}" + ("" if a == b else f"(true {a})")
                                          for word, a, b in zip(words, expected, found)))
         return "predictions:\n" + "\n".join(lines)
-
-    def submission(self, model, split: str, autocast):
-        return None  # every split of token classification has its tags
-
 
 
 def scored_predictions(logits: torch.Tensor, batch: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

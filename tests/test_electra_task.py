@@ -15,8 +15,7 @@ import main
 import make_demo
 from config import Config
 from errors import UserError
-from masking import IGNORE_INDEX
-from model import ElectraForPreTraining, ModelConfig, generator_config
+from model import IGNORE_INDEX, ElectraForPreTraining, ModelConfig, generator_config
 from test_distributed import run_main
 
 ELECTRA = ["--task-type", "electra", "--generator-width", "0.5", "--mask-rate", "0.25"]

@@ -1,6 +1,5 @@
 """Export to transformers for every architecture and task: loaded with the Auto classes and the
 pipelines, compared output by output with ours, and imported back."""
-import importlib.util
 import json
 import os
 import shutil
@@ -13,6 +12,7 @@ import torch
 from safetensors import SafetensorError
 from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForPreTraining,
                           AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments, pipeline)
+from transformers.dynamic_module_utils import get_imports, get_relative_import_files, get_relative_imports
 
 import checkpoints
 from conftest import make_mlm_workdir, one_error_line, prepare_mlm_base_dir
@@ -23,7 +23,6 @@ import hf_import
 import import_hf
 import main
 import make_demo
-import model as model_module
 from vocab import Vocab
 from model import (BertForCausalLM, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification,
                    ElectraForPreTraining, ModelConfig)
@@ -133,46 +132,20 @@ def close(ours, theirs):
     torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
 
 
-# ----------------------------------------------------------------------------------------- the generated code
+# ----------------------------------------------------------------------------------------- the shipped code
 
-def load_layers(tmp_path: Path):
-    path = tmp_path / "bert_variant_layers.py"
-    path.write_text(hf_export.layers_source(), encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("bert_variant_layers", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.mark.parametrize("settings", [dict(norm="preln", position="rope", feed_forward="geglu"),
-                                      dict(norm="rmsnorm", position="sinusoidal", pooling="mean"),
-                                      dict(causal=True, norm="preln", position="rope"),
-                                      dict(generator_heads=1)])
-def test_the_shipped_layers_are_model_py_and_compute_the_same(tmp_path, settings):
-    layers = load_layers(tmp_path)
-    config = ModelConfig(vocab_size=300, max_len=32, d_model=32, heads=4, n_layer=2, d_ff=64, **settings)
-    kinds = {"causal": "BertForCausalLM", "generator_heads": "ElectraForPreTraining"}
-    name = next((kinds[key] for key in kinds if key in settings), "BertForSequenceClassification")
-    torch.manual_seed(0)
-    ours = getattr(model_module, name)(config).eval()
-    theirs = getattr(layers, name)(layers.ModelConfig(**vars(config))).eval()
-    theirs.load_state_dict(ours.state_dict())
-    ids = torch.randint(5, 300, (2, 20))
-    real = torch.ones(2, 20, dtype=torch.bool)
-    real[1, 15:] = False
-    with torch.no_grad():
-        torch.testing.assert_close(theirs.encoder(ids, real), ours.encoder(ids, real), rtol=0, atol=0)
-    for class_name in ("Encoder", "EncoderLayer", "SelfAttention", "Rotary", "MaskedLMHead", "ModelConfig"):
-        assert model_module.__dict__[class_name].__doc__ == layers.__dict__[class_name].__doc__
-
-
-def test_the_shipped_layers_stand_alone(tmp_path):
-    """No import of the program's modules: transformers copies only the directory's files."""
-    source = hf_export.layers_source()
-    for module in ("config", "errors", "masking", "cpu_kernels"):
-        assert f"import {module}" not in source and f"from {module} " not in source
-    assert "def model_config(" not in source  # needs a run's Config
-    load_layers(tmp_path)
+def test_the_shipped_model_code_is_ours_as_it_is_and_needs_torch_alone(tmp_path):
+    """transformers copies the files a modeling file imports relatively and requires every other
+    import installed: model.py may need torch and its siblings architecture.py and cpu_kernels.py,
+    and nothing of ours."""
+    for name, text in hf_export.code_files().items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    for name in hf_export.MODEL_FILES:
+        assert (tmp_path / name).read_text(encoding="utf-8") == (hf_export.SOURCE / name).read_text(encoding="utf-8")
+        assert set(get_imports(tmp_path / name)) <= {"dataclasses", "functools", "math", "torch"}
+    assert sorted(get_relative_imports(tmp_path / "model.py")) == ["architecture", "cpu_kernels"]
+    assert set(get_relative_import_files(tmp_path / "modeling_bert_variant.py")) == {
+        str(tmp_path / name) for name in ("configuration_bert_variant.py", *hf_export.MODEL_FILES)}
 
 
 # ----------------------------------------------------------------------------------------- every architecture
@@ -240,6 +213,8 @@ def test_classifier_exports_with_label_names_and_equal_scores(trained, name, tmp
     inputs = padded_inputs(directory)
     theirs = loaded(AutoModelForSequenceClassification, directory)
     assert theirs.config.id2label == {0: "negative", 1: "positive"} and theirs.config.label2id["positive"] == 1
+    # The directory's cpu_kernels.py, not src/'s: a user has no src/ to fall back on.
+    assert type(theirs.dropout).__module__.startswith("transformers_modules.")
     with torch.no_grad():
         logits = ours(inputs["input_ids"], attention_mask=inputs["attention_mask"].bool(),
                       segment_ids=inputs["token_type_ids"])[0]
@@ -292,7 +267,8 @@ def test_bert_layout_stays_native_and_others_carry_their_code(trained, tmp_path)
     assert config["model_type"] == "bert-variant" and config["norm"] == "preln"
     assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForMaskedLM",
                                        "AutoModelForSequenceClassification"}
-    assert (variant / "bert_variant_layers.py").read_text() == hf_export.layers_source()
+    for name in hf_export.MODEL_FILES:
+        assert (variant / name).read_text() == (hf_export.SOURCE / name).read_text()
 
 
 def test_the_model_card_says_architecture_training_and_how_to_load(trained, tmp_path):

@@ -148,14 +148,15 @@ def test_percentages_keep_a_seeded_fixed_share(in_project):
     samples = len(whole.data.split("train").plan(0).rows(0))
     kept = [task.data.split("train").plan(0).rows(0) for task in tenth]
     assert len(kept[0]) == round(0.1 * samples) and np.array_equal(kept[0], kept[1])  # the same seeded share
+    assert [task.train_examples() for task in (whole, tenth[0])] == [samples, len(kept[0])]  # what epochs counts
     validation = [task.data.split("val").plan(0).rows(0) for task in (whole, tenth[0])]
     assert len(validation[0]) == len(validation[1])  # the share is of the train split only
 
     sentences = ClassificationTask(load_config(None, [*SMALL, "--task-type", "sst2", "--val-dataset-percentage",
                                                       "0.5"]), vocab, torch.device(TEST_DEVICE))
     full = ClassificationTask(load_config(None, [*SMALL, "--task-type", "sst2"]), vocab, torch.device(TEST_DEVICE))
-    assert len(sentences.data("val")) == round(0.5 * len(full.data("val")))
-    assert len(sentences.data("train")) == len(full.data("train"))
+    assert len(sentences.split("val")) == round(0.5 * len(full.split("val")))
+    assert sentences.train_examples() == full.train_examples()
 
 
 def test_cola_keeps_the_checkpoint_of_the_best_matthews_correlation(in_project):

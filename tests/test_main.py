@@ -151,11 +151,12 @@ def test_ctrl_c_while_starting_is_one_line_and_exit_130(mlm_workdir_factory, tmp
 # What a run reads: the project's modules it imports. A module added to these paths is a decision
 # (issue 39's budget: at most 26 modules and 4,500 lines for pre-training), not an accident.
 PRE_TRAINING_MODULES = {
-    "atomic", "batching", "checkpoints", "config", "cpu_kernels", "distributed", "errors", "hardware", "ini",
-    "lm_data", "main", "masking", "mlm_task", "model", "optimizer", "packed_files", "run_log", "run_plan",
-    "run_start", "shard_stream", "shards", "stop_request", "task", "throughput", "trainer", "vocab"}
-FINE_TUNING_MODULES = PRE_TRAINING_MODULES - {"lm_data", "mlm_task", "packed_files", "shard_stream", "shards"} | {
-    "classification_task", "glue_data", "glue_metrics", "glue_tasks", "pair_encoding"}
+    "architecture", "atomic", "batching", "checkpoints", "config", "cpu_kernels", "distributed", "errors",
+    "hardware", "ini", "lm_data", "main", "masking", "mlm_task", "model", "optimizer", "packed_files", "run_log",
+    "run_plan", "run_start", "shard_stream", "shards", "stop_request", "task", "throughput", "trainer", "vocab"}
+FINE_TUNING_MODULES = PRE_TRAINING_MODULES - {"lm_data", "masking", "mlm_task", "packed_files", "shard_stream",
+                                              "shards"} | {
+    "classification_task", "fine_tuning", "glue_data", "glue_metrics", "glue_tasks", "pair_encoding"}
 IMPORTED_BY_A_RUN = f"""
 import atexit, json, pathlib, sys
 sys.path.insert(0, {str(ROOT / 'src')!r})

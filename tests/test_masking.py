@@ -5,7 +5,8 @@ import torch
 
 from config import Config
 from errors import UserError
-from masking import IGNORE_INDEX, MaskingRule, mask_tokens, predictions_per_sequence
+from masking import MaskingRule, mask_tokens, predictions_per_sequence
+from model import IGNORE_INDEX
 
 SPECIAL = torch.arange(5)  # [PAD] [UNK] [CLS] [SEP] [MASK]
 MASK_ID = 4

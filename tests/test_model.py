@@ -3,9 +3,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from masking import IGNORE_INDEX, MaskingRule, mask_tokens
-from model import (BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, ElectraForPreTraining,
-                   ModelConfig, count_parameters, flops_per_token, parameter_count)
+from masking import MaskingRule, mask_tokens
+from model import (IGNORE_INDEX, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification,
+                   ElectraForPreTraining, ModelConfig, count_parameters, flops_per_token, parameter_count)
 
 
 def small_config(**changes) -> ModelConfig:

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from masking import IGNORE_INDEX, MaskingRule, mask_tokens
-from model import (BertForCausalLM, BertForMaskedLM, BertForPreTraining, ElectraForPreTraining, ModelConfig, Rotary,
-                   count_parameters, rotate, token_positions)
+from masking import MaskingRule, mask_tokens
+from model import (IGNORE_INDEX, BertForCausalLM, BertForMaskedLM, BertForPreTraining, ElectraForPreTraining,
+                   ModelConfig, Rotary, count_parameters, rotate, token_positions)
 from vocab import load_vocab
 
 VARIANTS = [dict(norm=norm, position=position, feed_forward=feed_forward)

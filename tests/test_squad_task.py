@@ -148,7 +148,7 @@ def test_answers_are_chosen_as_run_qa_chooses_them(vocab_dir, vocab, long_review
     split = QuestionSplit(data, encode_questions(vocab, data, 64, 16, 64))
     generator = np.random.default_rng(0)
     logits = [tuple(generator.normal(size=int(length)).astype(np.float32) * 3 for _ in range(2))
-              for length in split.windows.lengths]
+              for length in split.encoded.lengths]
     for start, end in logits:
         start[0], end[0] = start[0] + 9, end[0] + 9  # [CLS]: some questions unanswered
         start[1:3] += 6  # question pieces among the best starts: never an answer, yet they take places
@@ -174,7 +174,7 @@ def one_question(vocab, context: str, answer: str, seq_len: int, stride: int) ->
 def test_the_answer_is_labelled_in_each_window_that_holds_it_whole_else_cls(vocab):
     context = " ".join(f"w{number}" for number in range(60)) + " the answer here"
     data, split = one_question(vocab, context, "answer here", seq_len=32, stride=8)
-    windows = split.windows
+    windows = split.encoded
     assert len(windows) > 2 and (windows.lengths <= 32).all()
     holding = [w for w in range(len(windows)) if windows.answer_start[w] > 0]
     assert holding == [len(windows) - 1]  # only the last window holds it (at its edge)
@@ -188,10 +188,10 @@ def test_the_answer_is_labelled_in_each_window_that_holds_it_whole_else_cls(voca
 def test_the_best_span_is_legal_and_its_text_comes_from_the_context(vocab):
     context = "A fine western from 1959 . I give it 8 out of 10 , truly ."
     data, split = one_question(vocab, context, "8 out of 10", seq_len=64, stride=8)
-    length = int(split.windows.lengths[0])
+    length = int(split.encoded.lengths[0])
     start, end = np.full(length, -5.0), np.full(length, -5.0)
-    offset = int(split.windows.window_offsets[0])
-    pieces = split.windows.offsets[0]
+    offset = int(split.encoded.window_offsets[0])
+    pieces = split.encoded.offsets[0]
     first = int(np.nonzero(pieces[:, 0] == context.index("8"))[0][0])
     last = int(np.nonzero(pieces[:, 1] == context.index("10") + 2)[0][0])
     start[offset + first], end[offset + last] = 4.0, 3.0

@@ -20,7 +20,7 @@ import ner
 import token_data
 from conftest import assert_resumes_exactly_mid_epoch, one_error_line, write_mlm_config
 from test_distributed import run_main
-from masking import IGNORE_INDEX
+from model import IGNORE_INDEX
 from token_data import TaggedSentences, best_windows, encode_sentences, windows
 
 NER = {"task_type": "ner", "batch_size": 16, "learning_rate": 1e-3, "warmup_iters": 10, "dataset_pattern": "",

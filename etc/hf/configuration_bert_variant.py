@@ -1,6 +1,6 @@
 """The configuration of a BERT variant exported by the BERT-from-scratch program (scripts/export_hf.py).
 
-Its fields are the program's ModelConfig (bert_variant_layers.py); transformers' usual names
+Its fields are the program's ModelConfig (architecture.py); transformers' usual names
 (hidden_size, num_hidden_layers, ...) read them through attribute_map.
 """
 from transformers import PretrainedConfig

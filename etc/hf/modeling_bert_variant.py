@@ -1,7 +1,7 @@
 """transformers classes around a BERT variant exported by the BERT-from-scratch program
-(scripts/export_hf.py). The layers are the program's own, in bert_variant_layers.py, generated from
-its src/model.py; these classes only adapt inputs and outputs to transformers' conventions. The
-weights keep the program's names."""
+(scripts/export_hf.py). The layers are the program's own: model.py, architecture.py and
+cpu_kernels.py are its src/ files as they are; these classes only adapt inputs and outputs to
+transformers' conventions. The weights keep the program's names."""
 from dataclasses import fields
 
 import torch
@@ -13,11 +13,10 @@ from transformers.modeling_outputs import (BaseModelOutput, CausalLMOutput, Mask
 from transformers.models.bert.modeling_bert import BertForPreTrainingOutput
 from transformers.models.electra.modeling_electra import ElectraForPreTrainingOutput
 
-from .bert_variant_layers import (IGNORE_INDEX, BertForCausalLM, BertForMaskedLM, BertForPreTraining,
-                                  BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification,
-                                  ElectraForPreTraining, Embeddings, Encoder, ModelConfig, Rotary, init_weights,
-                                  rotary_angles, sinusoidal_positions)
 from .configuration_bert_variant import BertVariantConfig
+from .model import (IGNORE_INDEX, BertForCausalLM, BertForMaskedLM, BertForPreTraining, BertForQuestionAnswering,
+                    BertForSequenceClassification, BertForTokenClassification, ElectraForPreTraining, Embeddings,
+                    Encoder, ModelConfig, Rotary, init_weights, rotary_angles, sinusoidal_positions)
 
 TIED = {"head.token_embedding.weight": "encoder.embeddings.token.weight"}  # the MLM decoder is the embedding
 

@@ -1,0 +1,61 @@
+"""The model's architecture as data: ModelConfig, the variants it takes and the rule of an
+attention shape. Torch-free, so that config.py checks a run's keys against it and the data
+preparers read it without importing torch; model.py builds the network from it.
+"""
+from dataclasses import dataclass
+
+IGNORE_INDEX = -100  # the label of a token no loss scores (PyTorch's cross_entropy default)
+# The variants ModelConfig takes; config.py checks a run's keys against the same tuples.
+NORMS = ("postln", "preln", "rmsnorm")
+POSITIONS = ("learned", "rope", "sinusoidal")
+FEED_FORWARDS = ("gelu", "geglu")
+ROPE_THETA = 10_000.0  # RoPE's base as published (Su et al. 2021)
+POOLINGS = ("cls", "mean")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int
+    max_len: int = 512
+    d_model: int = 768
+    heads: int = 12
+    n_layer: int = 12
+    d_ff: int = 3072
+    dropout: float = 0.1
+    segments: int = 2  # token type vocabulary, as in BERT
+    pad_id: int = 0
+    num_labels: int = 2
+    layer_norm_eps: float = 1e-12
+    norm: str = "postln"  # postln: BERT; preln: LayerNorm before each sublayer; rmsnorm: preln with RMSNorm
+    # learned: a table added to the embeddings; sinusoidal: a fixed sin/cos table added to them;
+    # rope: rotary, in attention
+    position: str = "learned"
+    rope_theta: float = ROPE_THETA  # rope's base: larger turns slower, for longer contexts
+    feed_forward: str = "gelu"  # gelu: BERT's; geglu: gated, GELU(x W) * (x V)
+    causal: bool = False  # each position attends to itself and earlier ones only
+    sentence_classes: int = 0  # BertForPreTraining: 2 for next-sentence or sentence-order prediction
+    generator_heads: int = 0  # ElectraForPreTraining: the generator's heads, of the same width as ours
+    pooling: str = "cls"  # BertForSequenceClassification: cls (BERT) or mean of the real tokens' states
+    label_names: tuple[str, ...] = ()  # BertForTokenClassification: what each output means (B-PER), from its data
+
+    def __post_init__(self):
+        for name, choices in (("norm", NORMS), ("position", POSITIONS), ("feed_forward", FEED_FORWARDS),
+                              ("pooling", POOLINGS)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} {getattr(self, name)!r} is not one of {choices}")
+        problem = attention_shape_problem(self.d_model, self.heads, self.position)
+        if problem:
+            raise ValueError(problem)
+
+    @property
+    def pre_norm(self) -> bool:
+        return self.norm != "postln"
+
+
+def attention_shape_problem(d_model: int, heads: int, position: str) -> str | None:
+    """What is wrong with an attention shape, in INI keys, or None; config.py checks a run's keys with it too."""
+    if d_model % heads:
+        return f"d-model = {d_model} is not divisible by heads = {heads}"
+    if position == "rope" and d_model // heads % 2:
+        return f"position = rope needs an even head width, but d-model / heads = {d_model} / {heads} is odd"
+    return None

@@ -1,0 +1,107 @@
+"""What the fine-tuning tasks share (classification, ner, squad, embed): each split read once, the
+share of it a run keeps and the check that it fills a batch, training batches in the seeded (or
+length-grouped) order, and evaluation batches that hold every example once."""
+import itertools
+from typing import Any
+
+import numpy as np
+import torch
+
+from batching import BatchOrder, LengthGroupedBatchOrder, kept_rows
+from errors import UserError
+from hardware import to_device
+
+# Each split's name in the data's files; GLUE names its own (MNLI's validation has two: ClassificationTask).
+SPLIT_NAMES = {"train": ("train",), "val": ("validation",), "test": ("test",)}
+
+
+class EncodedSplit:
+    """A split, or a part of one, whose rows are those of `encoded` (windows, texts: len() and .lengths
+    of each); a subclass makes batches of them: batch(rows, pad_id, seq_len)."""
+    encoded: Any
+
+    def __len__(self) -> int:
+        return len(self.encoded)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.encoded.lengths
+
+
+class FineTuningTask:
+    """The data side of a fine-tuning task (task.Task). A subclass reads each part of a split
+    (read_part), into an EncodedSplit where the batches here are made of it (embed batches its
+    evaluation texts itself); a split is one part but for MNLI's validation and test (matched and
+    mismatched)."""
+    lower_is_better = False
+    predictions_per_token = 0.0  # no MLM head
+    data_source = None  # a fine-tuning's data is named by its task
+
+    def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
+        self.name = config.task_type
+        self.config = config
+        self.vocab = vocab
+        self.device = device
+        self.order = BatchOrder(config.batch_size, config.seed, rank, world_size)
+        self.splits: dict[str, list] = {}
+
+    def split_names(self, split: str) -> tuple[str, ...]:
+        return SPLIT_NAMES[split]
+
+    def parts(self, split: str) -> list:
+        if split not in self.splits:
+            self.splits[split] = [self.read_part(split, name) for name in self.split_names(split)]
+        return self.splits[split]
+
+    def split(self, name: str):
+        """The split's first part: the whole of it but for MNLI's second validation and test sets."""
+        return self.parts(name)[0]
+
+    def check_data(self, splits: tuple[str, ...]):
+        for split in splits:
+            self.parts(split)
+
+    def train_examples(self) -> int:
+        return len(self.split("train"))
+
+    def kept(self, examples, split: str, noun: str):
+        """The split's share of its examples (dataset-percentage and val-dataset-percentage), which
+        must fill one batch (so every rank evaluates at least one); `noun` names them in the error."""
+        rows = kept_rows(len(examples), self.config.share_of(split), self.config.seed)
+        if len(rows) < len(examples):
+            examples = examples.select(rows)
+        if len(examples) < self.order.batch_size * self.order.world_size:
+            raise UserError(f"{examples.files[0]}: {len(examples)} {noun} are fewer than one batch "
+                            f"(batch-size {self.order.batch_size} x {self.order.world_size} processes)")
+        return examples
+
+    def train_batches(self, position: dict | None):
+        data = self.split("train")
+        order = self.order
+        if self.config.length_grouping:
+            order = LengthGroupedBatchOrder(data.lengths, order.batch_size, order.seed, order.rank,
+                                            order.world_size)
+        return order.batches(position, lambda epoch: len(data),
+                             lambda epoch, rows: data.batch(rows, self.vocab.pad_id, self.config.seq_len))
+
+    def eval_batches(self, split: str, count: int | None):
+        """Every example of the split once, each batch tagged with its split and the number of its part;
+        the test split's first `count` batches where count is given (test-iters). Validation scores the
+        whole split: val-iters is for pre-training."""
+        batches = (batch | {"split": split, "part": number} for number, part in enumerate(self.parts(split))
+                   for batch in self.part_batches(part))
+        return batches if count is None or split == "val" else itertools.islice(batches, count)
+
+    def part_batches(self, part):
+        """The part's device batches in order (the last may be short), each rank every world-size-th example."""
+        rows = np.arange(len(part))[self.order.rank::self.order.world_size]
+        size = self.order.batch_size
+        for start in range(0, len(rows), size):
+            yield to_device(part.batch(rows[start:start + size], self.vocab.pad_id, self.config.seq_len),
+                            self.device, False)
+
+    def take_checkpoint_labels(self, names: tuple[str, ...], kept: bool):
+        pass  # outputs without names: ner's tags have them (TokenClassificationTask)
+
+    def submission(self, model, split: str, autocast):
+        return None  # every split has its labels: GLUE's test sets hide theirs (ClassificationTask)
