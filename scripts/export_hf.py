@@ -77,7 +77,7 @@ def directory_files(checkpoint_path: Path, checkpoint: dict) -> dict[str, str]:
 
 def export(checkpoint_path: Path, out_dir: Path, force: bool = False) -> list[str]:
     """Writes the directory (where out_dir leads, if a symbolic link); returns the names of its files."""
-    checkpoint = checkpoints.load(checkpoint_path)
+    checkpoint = hf_export.as_exported(checkpoints.load(checkpoint_path))
     hf_export.check_exportable(checkpoint_path, checkpoint)
     check_weights(checkpoint_path, checkpoint)
     check_output(out_dir, checkpoint_path, force)

@@ -43,7 +43,7 @@ def one_of(*choices: str) -> Rule:
 CLASSIFICATION_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli", "classify")
 QUESTION_ANSWERING_TASKS = ("squad", "squad_v2")  # SQuAD v1.1, and v2.0 with unanswerable questions
 FINE_TUNING_TASKS = (*CLASSIFICATION_TASKS, "ner", *QUESTION_ANSWERING_TASKS, "embed")
-TASK_TYPES = ("mlm", "clm", "electra", *FINE_TUNING_TASKS)
+TASK_TYPES = ("mlm", "clm", "electra", "distill", *FINE_TUNING_TASKS)
 SENTENCE_OBJECTIVES = ("none", "nsp", "sop")  # the names a shard's pairs are labelled for too (shards.PAIRS)
 
 
@@ -107,6 +107,8 @@ CROSS_FIELD_RULES = (
     f"epochs = {v['epochs']} goes with a fine-tuning task, not task-type = {v['task_type']} (use max-iters)",
     lambda v: None if not (v["epochs"] and duration_seconds(v["time_budget"])) else
     f"epochs = {v['epochs']} and time-budget = {v['time_budget']}: give one run length, not both",
+    lambda v: None if v["task_type"] != "distill" or v["teacher"] else
+    "task-type = distill needs teacher = PATH (a transformers or sentence-transformers directory, or a checkpoint)",
     curriculum_problem,
     mask_rate_problem,
     lambda v: None if not v["batch_ramp"] or v["grad_accum_steps"] > 1 else
@@ -137,9 +139,9 @@ def key(default, meaning: str, rule: Rule | None = None, *, group: str | None = 
 class Config:
     """Every setting of a run, grouped as config.ini.example groups them. INI keys are the field
     names with '-' for '_'; config.ini.example says more about each."""
-    task_type: str = key("mlm", "mlm, clm, electra: pre-training; a GLUE task (cola, sst2, mrpc, qqp, stsb, mnli, "
-                         "qnli, rte, wnli), classify, ner (a tag per word), squad or squad_v2 (answers from a "
-                         "context), embed (sentence embeddings): fine-tuning",
+    task_type: str = key("mlm", "mlm, clm, electra, distill (from a teacher): pre-training; a GLUE task (cola, "
+                         "sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli), classify, ner (a tag per word), squad or "
+                         "squad_v2 (answers from a context), embed (sentence embeddings): fine-tuning",
                          one_of(*TASK_TYPES), group="Task")
     sentence_objective: str = key("none", "mlm only: none, nsp (next sentence) or sop (sentence order)",
                                   one_of(*SENTENCE_OBJECTIVES))
@@ -160,6 +162,12 @@ class Config:
     generator_width: float = key(0.25, "electra: the generator's share of the heads", within(0, 1, "(]"))
     detection_weight: float = key(50.0, "electra: loss = generator MLM + this x replaced-token detection",
                                   above(0))
+    teacher: str = key("", "distill: the teacher, a transformers BERT or sentence-transformers directory or a "
+                       "checkpoint .pt; the run's vocab must be its")
+    teacher_layer: int = key(0, "distill: the teacher layer (from 1) whose self-attention relations the "
+                             "student's last layer learns; 0: its last", at_least(0))
+    relation_heads: int = key(0, "distill: the relation heads q, k and v are re-split into on both sides (each "
+                              "width divisible by it); 0: the teacher's heads", at_least(0))
 
     base_dir: str = key(".", "holds vocab/, datasets/ and runs/", Rule(bool, "a non-empty path"), group="Files")
     vocab: str = key("", "vocab.txt or its directory; empty: base-dir/vocab")

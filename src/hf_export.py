@@ -87,6 +87,11 @@ def architecture(checkpoint: dict) -> str:
     return (NATIVE_CLASSES if is_native(checkpoint) else VARIANT_CLASSES)[task]
 
 
+def as_exported(checkpoint: dict) -> dict:
+    """The checkpoint as its directory holds it: a distilled student (distill_task.py) is an encoder alone."""
+    return checkpoint | {"task": "encoder"} if checkpoint["task"] == "distill" else checkpoint
+
+
 def check_exportable(path: Path, checkpoint: dict):
     if checkpoint["task"] not in NATIVE_CLASSES:
         raise UserError(f"{path}: a {checkpoint['task']} checkpoint has no transformers counterpart; "

@@ -236,6 +236,14 @@ def our_weights(config: dict, weights: dict) -> tuple[dict, list[str]]:
 def convert(directory: Path, output: Path, memory_limit: float | None = None) -> dict:
     """memory_limit: GiB the model may take (None: this machine's memory)."""
     check_output_file(output, "checkpoint file")
+    state, report = read_model(directory, memory_limit)
+    checkpoints.save(output, state)
+    return report
+
+
+def read_model(directory: Path, memory_limit: float | None = None) -> tuple[dict, dict]:
+    """The checkpoint a directory makes (checkpoints.make_state's contents), in memory, and what
+    became of its weights: {"task", "unused", "fresh"}. A distillation's teacher is read so, unsaved."""
     config_file = directory / "config.json"
     config = read_config(directory)
     vocab = read_vocab(directory)
@@ -266,7 +274,7 @@ def convert(directory: Path, output: Path, memory_limit: float | None = None) ->
                       norm=architecture.norm, position=architecture.position,
                       feed_forward=architecture.feed_forward, pooling=architecture.pooling,
                       sentence_objective="nsp" if architecture.sentence_classes else "none")
-    checkpoints.save(output, checkpoints.make_state(task=task, weights=kept, model_config=architecture, vocab=vocab,
-                                                    config=settings.to_dict(), imported_from=str(directory)))
+    state = checkpoints.make_state(task=task, weights=kept, model_config=architecture, vocab=vocab,
+                                   config=settings.to_dict(), imported_from=str(directory))
     fresh = [name for name in missing if not name.startswith("encoder.")]
-    return {"task": task, "unused": unused + unexpected, "fresh": fresh}
+    return state, {"task": task, "unused": unused + unexpected, "fresh": fresh}

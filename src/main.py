@@ -35,7 +35,7 @@ from vocab import load_vocab
 # Each task-type (config.TASK_TYPES) to the module and class of its task, imported when a config
 # names it: a run reads only its own task. The trainer knows a task only through task.Task.
 TASKS = {"mlm": ("mlm_task", "MaskedLMTask"), "clm": ("clm_task", "CausalLMTask"),
-         "electra": ("electra_task", "ElectraTask")} | dict.fromkeys(
+         "electra": ("electra_task", "ElectraTask"), "distill": ("distill_task", "DistillationTask")} | dict.fromkeys(
     CLASSIFICATION_TASKS, ("classification_task", "ClassificationTask")) | {
     "ner": ("token_task", "TokenClassificationTask")} | dict.fromkeys(
     QUESTION_ANSWERING_TASKS, ("squad_task", "QuestionAnsweringTask")) | {"embed": ("embed_task", "EmbeddingTask")}

@@ -120,9 +120,15 @@ class SelfAttention(nn.Module):
         self.dropout = config.dropout
         self.causal = config.causal
 
+    def projections(self, x) -> torch.Tensor:
+        """q, k and v stacked, [3, batch, heads, length, head_width], before rotary positions turn q
+        and k: what relation distillation (distill_task.py) compares."""
+        batch, length, width = x.shape
+        return self.qkv(x).view(batch, length, 3, self.heads, width // self.heads).permute(2, 0, 3, 1, 4)
+
     def forward(self, x, attention_mask=None, rotary=None):
         batch, length, width = x.shape
-        q, k, v = self.qkv(x).view(batch, length, 3, self.heads, width // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = self.projections(x)
         if rotary is not None:
             q, k = rotate(q, rotary), rotate(k, rotary)
         dropout = self.dropout if self.training else 0.0
@@ -185,6 +191,10 @@ class EncoderLayer(nn.Module):
         self.feed_forward_norm = make_norm(config)
         self.dropout = Dropout(config.dropout)
 
+    def attention_input(self, x):
+        """What the attention reads: the layer's input, normalised first in a pre-norm layer."""
+        return self.attention_norm(x) if self.pre_norm else x
+
     def forward(self, x, attention_mask=None, rotary=None):
         if self.pre_norm:
             x = x + self.dropout(self.attention(self.attention_norm(x), attention_mask, rotary))
@@ -216,6 +226,18 @@ class Encoder(nn.Module):
         for layer in self.layers:
             x = layer(x, attention_mask, rotary)
         return x if self.final_norm is None else self.final_norm(x)
+
+    def layer_projections(self, index: int, input_ids, attention_mask=None, document_ids=None) -> torch.Tensor:
+        """Layer `index`'s (from 0) q, k and v before rotary positions, as SelfAttention.projections
+        gives them, running only the layers below it; the arguments as forward's."""
+        positions = token_positions(document_ids)
+        mask = self.attention_mask(attention_mask, document_ids)
+        x = self.embeddings(input_ids, None, positions)
+        rotary = None if self.rotary is None else self.rotary(x.shape[1], positions)
+        for layer in self.layers[:index]:
+            x = layer(x, mask, rotary)
+        chosen = self.layers[index]
+        return chosen.attention.projections(chosen.attention_input(x))
 
     def attention_mask(self, real, document_ids=None):
         """Which keys each query may see: a bool [batch, 1, queries, keys] for SDPA, or None (every

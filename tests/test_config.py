@@ -186,7 +186,7 @@ def test_boolean_spellings(tmp_path, text):
     ("layer-lr-decay = 0", "layer-lr-decay = 0.0: expected a number in (0, 1]"),
     ("layer-lr-decay = 1.2", "layer-lr-decay = 1.2: expected a number in (0, 1]"),
     ("dist-master-port = 70000", "dist-master-port = 70000: expected an integer in [1, 65535]"),
-    ("task-type = bert", "task-type = 'bert': expected one of mlm, clm, electra, cola, sst2, mrpc, qqp, stsb, "
+    ("task-type = bert", "task-type = 'bert': expected one of mlm, clm, electra, distill, cola, sst2, mrpc, qqp, stsb, "
                          "mnli, qnli, rte, wnli, classify"),
     ("device = gpu", "device = 'gpu': expected auto, cpu, cuda or cuda:N"),
     ("compile = maybe", "compile = 'maybe': expected a boolean"),
