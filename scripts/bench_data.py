@@ -35,8 +35,10 @@ from errors import UserError, exit_on_user_error  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 2 ** 20
 H100_MFU = 0.4  # assumed for a well-tuned BERT-base MLM step on one H100: the pace the loaders must keep
+# No MFU in the tables: a set peak spares each training child the seconds of matmuls that measure one.
 TRAIN_SETTINGS = {"d-model": 64, "heads": 2, "n-layer": 2, "d-ff": 128, "batch-size": 32, "val-interval": 10 ** 6,
-                  "log-interval": 10 ** 6, "val-iters": 2, "device": "cpu", "dtype": "float32", "warmup-iters": 0}
+                  "log-interval": 10 ** 6, "val-iters": 2, "device": "cpu", "dtype": "float32", "warmup-iters": 0,
+                  "peak-tflops": 1}
 
 
 # ---------------------------------------------------------------------------------------------

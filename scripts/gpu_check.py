@@ -449,7 +449,7 @@ def glue(check: Check, numbers: dict):
                "--glue-dir", str(check.demo / "datasets"), "--tasks", "sst2", "--seeds", "1", "-o", str(out),
                "--epochs", "0", "--warmup-ratio", "0", "--max-iters", str(steps), "--lr-decay-iters", str(steps),
                "--warmup-iters", str(steps // 10), "--val-interval", str(steps), "--seq-len", str(check.seq_len),
-               "--device", check.device.type]
+               "--device", check.device.type, *check.sizes.run_options]  # --quick's: the model and a set peak
     finished = run_logged(command, check, "glue")
     if finished.returncode != 0:
         raise CheckFailed(f"glue.py exited with code {finished.returncode}: {last_line(finished.stdout)}")

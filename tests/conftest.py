@@ -107,12 +107,13 @@ def id_stream(corpus_ids, vocab, tmp_path_factory):
 MLM_SEQ_LEN = 64
 
 # A model small enough to train for a hundred steps in seconds on two CPU cores; float32 and no
-# compilation so that two runs in one process give bit-identical losses.
+# compilation so that two runs in one process give bit-identical losses. MFU against a set peak:
+# measuring it costs a run (and each process of a --ddp run) a second or two of large matmuls.
 MLM_SETTINGS = {
     "seq-len": MLM_SEQ_LEN, "batch-size": 16, "d-model": 64, "heads": 2, "n-layer": 2, "d-ff": 128,
     "dropout": 0.1, "learning-rate": 2e-3, "min-learning-rate": 2e-4, "warmup-iters": 10,
     "lr-decay-iters": 20, "max-iters": 20, "val-interval": 10, "val-iters": 4, "log-interval": 1,
-    "device": TEST_DEVICE, "dtype": "float32", "compile": "false",
+    "device": TEST_DEVICE, "dtype": "float32", "compile": "false", "peak-tflops": 1,
     "dataset-pattern": f"train_imdb_{MLM_SEQ_LEN}_*.msgpack",
     "val-dataset-pattern": f"val_imdb_{MLM_SEQ_LEN}_*.msgpack",
     "test-dataset-pattern": f"test_imdb_{MLM_SEQ_LEN}_*.msgpack",
@@ -209,17 +210,15 @@ def mlm_static_whole_word_base_dir(imdb_corpus, vocab_dir, tmp_path_factory) -> 
 
 @pytest.fixture(scope="session")
 def mlm_trained_run(mlm_base_dir, tmp_path_factory) -> Path:
-    """A finished 40-step run: a base directory with runs/run0 (validation every 5 steps, 3 checkpoints kept)."""
+    """A finished 40-step run: a base directory with runs/run0 (validation every 5 steps, 3 checkpoints kept);
+    its peak is measured (test_trainer.py reads the log's line), by skip_flops_measurement's tries."""
     import signal
     import main
-    import hardware
     directory = make_mlm_workdir(mlm_base_dir, tmp_path_factory.mktemp("trained") / "work",
-                                 max_iters=40, lr_decay_iters=40, val_interval=5, max_checkpoints=3)
+                                 max_iters=40, lr_decay_iters=40, val_interval=5, max_checkpoints=3, peak_tflops=0)
     saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         with pytest.MonkeyPatch.context() as patch:
-            # The MFU denominator costs seconds of large matmuls; its exact value is not tested.
-            patch.setattr(hardware, "measure_matmul_flops", lambda device, dtype: 1e12)
             patch.chdir(directory)
             main.main([])
     finally:
@@ -228,11 +227,14 @@ def mlm_trained_run(mlm_base_dir, tmp_path_factory) -> Path:
     return directory
 
 
-@pytest.fixture
-def skip_flops_measurement(monkeypatch):
-    """The MFU denominator takes seconds of 1024x1024 matmuls per run; a constant will do here."""
+@pytest.fixture(scope="session", autouse=True)
+def skip_flops_measurement():
+    """For every test and fixture, the MFU denominator's tries of 1024x1024 matmuls (seconds for each run
+    that measures its peak) return a constant; test_hardware.py tests the tries themselves."""
     import hardware
-    monkeypatch.setattr(hardware, "measure_matmul_flops", lambda device, dtype: 1e12)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hardware, "matmul_flops_once", lambda device, dtype: 1e12)
+        yield
 
 
 @pytest.fixture

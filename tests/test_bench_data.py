@@ -10,7 +10,7 @@ import bench_glue_data
 
 def test_the_data_benchmark_prints_its_tables_with_a_shard_switch(imdb_corpus, vocab_dir, tmp_path, capsys):
     bench_data.main(["-i", str(imdb_corpus), "-v", str(vocab_dir), "--lines", "250", "--scales", "2",
-                     "--steps", "24", "--loader-batches", "20", "--workdir", str(tmp_path)])
+                     "--steps", "12", "--loader-batches", "20", "--workdir", str(tmp_path)])
     tables = capsys.readouterr().out.split("\n\n")
     preparation, training, loader = (re.findall(r"^\| (\dx) \|(.*)\|$", table, re.M) for table in tables[-3:])
     assert [size for size, _ in preparation] == [size for size, _ in training] == ["2x"]

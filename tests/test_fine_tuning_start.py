@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-import hardware
 import main
 import make_demo
 import prepare_mlm_dataset
@@ -45,9 +44,9 @@ def outcome(run_dir: Path) -> tuple[float, float]:
 
 
 def fine_tune(base: Path, checkpoint: Path | None, architecture: list[str]) -> tuple[float, float]:
-    """The recommended recipe, shortened to 300 steps (6 epochs of the 1,600 sentences)."""
-    overrides = ["--base-dir", str(base), *SMALL, *architecture, "--max-iters", "300", "--lr-decay-iters", "300",
-                 "--val-interval", "100"]
+    """The recommended recipe, shortened to 150 steps (3 epochs of the 1,600 sentences)."""
+    overrides = ["--base-dir", str(base), *SMALL, *architecture, "--max-iters", "150", "--lr-decay-iters", "150",
+                 "--val-interval", "50"]
     return outcome(main.run(main.load_config(RECIPE, overrides), checkpoint, False))
 
 
@@ -55,7 +54,6 @@ def fine_tune(base: Path, checkpoint: Path | None, architecture: list[str]) -> t
 def test_fine_tuning_after_a_short_pre_training_is_no_worse_than_from_random_weights(name, base, monkeypatch,
                                                                                   keep_signal_handlers):
     architecture = ARCHITECTURES[name]
-    monkeypatch.setattr(hardware, "measure_matmul_flops", lambda device, dtype: 1e12)  # not tested here
     monkeypatch.chdir(base)
     pretraining = main.load_config(ROOT / "etc" / "templates" / "config_cpu.ini",
                                    ["--base-dir", str(base), *SMALL, *architecture, "--max-iters", "120",
@@ -65,8 +63,9 @@ def test_fine_tuning_after_a_short_pre_training_is_no_worse_than_from_random_wei
     checkpoint = main.run(pretraining, None, False) / "checkpoints" / "checkpoint.pt"
     pretrained, pretrained_loss = fine_tune(base, checkpoint, architecture)
     random, _ = fine_tune(base, None, architecture)
-    # 200 validation sentences: one standard error of an accuracy near 0.75 is 0.03.
+    # 200 validation sentences: one standard error of an accuracy near 0.7 is 0.03 (over seeds 1, 2 and 1337
+    # each architecture's pre-trained start came within 0.025 of its random one, or above it).
     assert pretrained >= random - 0.03, (pretrained, random)
     # A collapsed start keeps the training loss at ln 2 = 0.693 (with the unit sinusoidal table random weights
-    # did too, at 52% validation accuracy); a working one fits the 1,600 sentences, below 0.15 here.
+    # did too, at 52% validation accuracy); a working one fits the 1,600 sentences, 0.31 to 0.43 here.
     assert pretrained_loss < 0.5, (pretrained_loss, pretrained)

@@ -36,6 +36,7 @@ pooling = mean
 device = {TEST_DEVICE}
 dtype = float32
 seq-len = 64
+peak-tflops = 1
 
 [mrpc]
 epochs = 2

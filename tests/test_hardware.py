@@ -9,7 +9,8 @@ import torch
 import hardware
 import main
 from errors import UserError
-from hardware import peak_flops, published_peak_flops
+# The real matmul_flops_once: conftest's skip_flops_measurement replaces hardware's for the session, after this.
+from hardware import matmul_flops_once, peak_flops, published_peak_flops
 
 
 @pytest.mark.parametrize("name, tflops", [("NVIDIA H100 80GB HBM3", 989), ("NVIDIA H100 PCIe", 756),
@@ -27,10 +28,15 @@ def test_an_unknown_gpu_and_the_cpu_are_measured_and_the_key_wins(monkeypatch):
     assert peak_flops(torch.device("cpu"), torch.bfloat16, 12.5) == (12.5e12, "set by peak-tflops")
 
 
+def test_one_try_is_a_rate_of_real_matmuls():
+    flops = matmul_flops_once(torch.device("cpu"), torch.float32, size=128, seconds=0.01)
+    assert 1e6 < flops < 1e15
+
+
 def test_an_mfu_above_100_percent_remeasures_the_peak_and_says_so(mlm_workdir, monkeypatch):
     peaks = iter([1e6, 1e6, 1e6, 1e6, 1e6] + [1e13] * 1000)  # busy at the start: a tiny peak; idle later
     monkeypatch.setattr(hardware, "matmul_flops_once", lambda device, dtype: next(peaks))
-    main.main(["--max-iters", "3", "--log-interval", "1"])
+    main.main(["--max-iters", "3", "--log-interval", "1", "--peak-tflops", "0"])  # measured, not conftest's key
     log = (Path("runs") / "run0" / "logs" / "log.txt").read_text(encoding="utf-8")
     assert "matmul peak of 1e-06 TFLOP/s, measured now" in log
     assert "is above the matmul peak of 1e-06 TFLOP/s measured at the start" in log

@@ -212,12 +212,13 @@ def test_documents_apart_through_a_flex_attention_block_mask_encode_as_through_t
     """On a GPU, documents apart go through FlexAttention's block mask; forced here on the CPU
     (forward only: it has no backward on the CPU), the encoder's outputs equal those of the dense
     mask, padding and causality included, in eager mode and in a compiled model (where inductor's CPU
-    kernel once misread strided inputs). gpu_check.py compares the gradients on a GPU."""
+    kernel once misread strided inputs). gpu_check.py compares the gradients on a GPU. One layer: each
+    reads the same mask, and compiling a second costs seconds."""
     import model as model_module
     from torch.nn.attention.flex_attention import flex_attention
     torch.manual_seed(0)
     model = (BertForCausalLM if causal else BertForMaskedLM)(tiny_config(300, position="rope", norm="preln",
-                                                                         causal=causal)).eval()
+                                                                         causal=causal, n_layer=1)).eval()
     rows = torch.randint(5, 300, (2, 64))
     real = torch.ones(2, 64, dtype=torch.bool)
     real[1, 57:] = False
