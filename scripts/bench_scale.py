@@ -29,7 +29,7 @@ import checkpoints  # noqa: E402
 from bench_prepare import sample_tree_rss  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from hardware import BYTES_PER_WEIGHT  # noqa: E402
-from model import ModelConfig, parameter_count  # noqa: E402
+from model import ModelConfig, estimated_parameters  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 GIB = 2 ** 30
@@ -38,7 +38,7 @@ SIZES = {  # BERT's (Devlin et al. 2019, table 1), in its own layout
     "large": {"n-layer": 24, "d-model": 1024, "heads": 16, "d-ff": 4096},
     "tiny": {"n-layer": 2, "d-model": 64, "heads": 2, "d-ff": 256},  # seconds: a check that the script runs
 }
-TRAINING_COPIES = 4  # run_start.py's memory check: parameter_count's weights, gradients, Adam's two moments
+TRAINING_COPIES = 4  # run_start.py's memory check: estimated_parameters's weights, gradients, Adam's two moments
 
 
 def config_text(size: str, args) -> str:
@@ -107,7 +107,7 @@ def measure(size: str, args, work: Path) -> dict:
     shape = ModelConfig(**uninterrupted["model_config"])
     unique = {tensor.data_ptr(): tensor for tensor in uninterrupted["model"].values()}  # tied weights once
     return {"size": size, "shape": shape, "weights": sum(tensor.numel() for tensor in unique.values()),
-            "peak_rss": peak, "checked_bytes": TRAINING_COPIES * BYTES_PER_WEIGHT * parameter_count(shape),
+            "peak_rss": peak, "checked_bytes": TRAINING_COPIES * BYTES_PER_WEIGHT * estimated_parameters(shape),
             "tokens_per_second": last_tokens_per_second(log), "checkpoint_bytes": full.stat().st_size,
             "save_seconds": save_seconds, "load_seconds": load_seconds,
             "exact_resume": all(same_tensors(uninterrupted[key], other[key])

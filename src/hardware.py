@@ -56,7 +56,7 @@ def memory_limit(limit_gib: float | None, flag: str) -> tuple[float, str]:
 
 
 def check_fits_memory(weights: int, *, copies: int, limit_gib: float | None, source: str, flag: str):
-    """Refuse a model of `weights` float32 weights (model.parameter_count) that, `copies` times over
+    """Refuse a model of `weights` float32 weights (model.estimated_parameters) that, `copies` times over
     (import: 2; training: weights, gradients and Adam's two moments, 4), would take more than
     limit_gib, or than the machine's memory when None, or than the address-space limit leaves: one
     line before anything is allocated, not a process the kernel kills or an allocator's traceback.

@@ -17,7 +17,7 @@ from hardware import check_fits_memory
 from hf_export import VARIANT_FIELDS
 from hf_weights import from_hf
 from model import (BertForCausalLM, BertForEmbedding, BertForMaskedLM, BertForPreTraining, BertForQuestionAnswering,
-                   BertForSequenceClassification, BertForTokenClassification, ModelConfig, parameter_count)
+                   BertForSequenceClassification, BertForTokenClassification, ModelConfig, estimated_parameters)
 from vocab import Vocab, load_tokenizer_json, load_vocab, read_json_object, read_small_text
 
 # What each model type must have to be ours: transformers' BERT, ELECTRA's discriminator (the same
@@ -180,7 +180,7 @@ def check_size(path: Path, config: dict, architecture: ModelConfig, memory_limit
     """The weights, held twice while converting, must fit the machine: refused before reading them."""
     keys = [key for field, key in shape_keys(config).items() if field != "heads" and key in config]
     source = f"{path} ({', '.join(f'{key} {config[key]}' for key in keys)})"
-    check_fits_memory(parameter_count(architecture), copies=2, limit_gib=memory_limit, source=source,
+    check_fits_memory(estimated_parameters(architecture), copies=2, limit_gib=memory_limit, source=source,
                       flag="--memory-limit-gib")
 
 

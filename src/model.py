@@ -5,7 +5,7 @@ ModelConfig switches each part: norm (preln, rmsnorm), position (rope, sinusoida
 causal attention (for causal LM). Then the models: BertForMaskedLM, BertForPreTraining (MLM +
 a next-sentence or sentence-order head), BertForCausalLM, ElectraForPreTraining (replaced-token
 detection), BertForSequenceClassification, BertForEmbedding (sentence embeddings),
-BertForTokenClassification and BertForQuestionAnswering. flops_per_token and parameter_count
+BertForTokenClassification and BertForQuestionAnswering. flops_per_token and estimated_parameters
 measure a model from its shape (MFU; hardware.py's memory check).
 It imports torch, architecture.py (ModelConfig, torch-free) and cpu_kernels.py alone, so that an
 export ships the three files as they are (hf_export.py); config.py builds a ModelConfig from the
@@ -575,7 +575,7 @@ def encoder_flops(config: ModelConfig, seq_len: int) -> float:
 
 # ----------------------------------------------------------------------------- size from the shape
 
-def parameter_count(config: ModelConfig) -> int:
+def estimated_parameters(config: ModelConfig) -> int:
     """The weights of the encoder, a pre-training head and ELECTRA's generator: within a few per
     cent of any model built from the config (norms, small heads and biases are left out)."""
     width = config.d_model
@@ -586,5 +586,6 @@ def parameter_count(config: ModelConfig) -> int:
     generator = 0
     if config.generator_heads:
         narrow = generator_config(config)
-        generator = parameter_count(narrow) - (config.vocab_size + config.max_len + config.segments) * narrow.d_model
+        shared = (config.vocab_size + config.max_len + config.segments) * narrow.d_model  # the embeddings it shares
+        generator = estimated_parameters(narrow) - shared
     return embeddings + config.n_layer * layer + head + generator

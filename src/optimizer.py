@@ -102,18 +102,18 @@ def layers_above(name: str, model: nn.Module) -> int:
     return 0
 
 
-def learning_rate(step: int, spent: float, config: Config, resumed_at: int | None = None) -> float:
+def learning_rate(step: int, budget_share: float, config: Config, resumed_at: int | None = None) -> float:
     """The rate for `step`: lr-scheduler's shape over the run (the share of the time budget spent,
     0..1, when the config has a budget, else the step); after a resume at step `resumed_at`, ramped
     back up over resume-warmup-iters steps."""
     schedule = parse_scheduler(config.lr_scheduler)
     if schedule.name == "one-cycle":
-        rate = one_cycle(run_progress(step, spent, config), schedule.peak, config)
+        rate = one_cycle(run_progress(step, budget_share, config), schedule.peak, config)
     elif schedule.name == "wsd":
-        rate = warmup(step, config) * warmup_stable_decay(run_progress(step, spent, config), schedule, config)
+        rate = warmup(step, config) * warmup_stable_decay(run_progress(step, budget_share, config), schedule, config)
     elif schedule.name in ("cosine", "linear"):
         decay = cosine_decay if schedule.name == "cosine" else linear_decay
-        rate = warmup(step, config) * decay(decay_progress(step, spent, config), config)
+        rate = warmup(step, config) * decay(decay_progress(step, budget_share, config), config)
     else:
         rate = warmup(step, config) * config.learning_rate
         if schedule.name == "steplr":
@@ -128,19 +128,19 @@ def warmup(step: int, config: Config) -> float:
     return min(1.0, (step + 1) / (config.warmup_iters + 1))
 
 
-def decay_progress(step: int, spent: float, config: Config) -> float:
+def decay_progress(step: int, budget_share: float, config: Config) -> float:
     """How far the decay has gone, 0..1: the share of the time budget spent, so that the floor comes
     exactly when time runs out (Cramming's budget schedules); without a budget, the share of the
     steps from warmup-iters to lr-decay-iters."""
     if config.budget_seconds:
-        return min(max(spent, 0.0), 1.0)
+        return min(max(budget_share, 0.0), 1.0)
     steps = max(1, config.lr_decay_iters - config.warmup_iters)
     return min(max((step - config.warmup_iters) / steps, 0.0), 1.0)
 
 
-def run_progress(step: int, spent: float, config: Config) -> float:
+def run_progress(step: int, budget_share: float, config: Config) -> float:
     """The share of the run done, 0..1: of the time budget, else of lr-decay-iters steps."""
-    done = spent if config.budget_seconds else step / max(1, config.lr_decay_iters)
+    done = budget_share if config.budget_seconds else step / max(1, config.lr_decay_iters)
     return min(max(done, 0.0), 1.0)
 
 
@@ -166,10 +166,10 @@ def warmup_stable_decay(progress: float, schedule: Schedule, config: Config) -> 
     return config.min_learning_rate + left * (config.learning_rate - config.min_learning_rate)
 
 
-def in_stable_phase(step: int, spent: float, config: Config) -> bool:
+def in_stable_phase(step: int, budget_share: float, config: Config) -> bool:
     """Whether the rate at `step` is wsd's constant one, the decay not begun."""
     schedule = parse_scheduler(config.lr_scheduler)
-    return schedule.name == "wsd" and run_progress(step, spent, config) < 1 - schedule.decay
+    return schedule.name == "wsd" and run_progress(step, budget_share, config) < 1 - schedule.decay
 
 
 def one_cycle(progress: float, peak: float, config: Config) -> float:
@@ -181,34 +181,34 @@ def one_cycle(progress: float, peak: float, config: Config) -> float:
     return high - (high - low) * (progress - peak) / (1 - peak)
 
 
-def mask_rate(step: int, spent: float, config: Config) -> float:
+def mask_rate(step: int, budget_share: float, config: Config) -> float:
     """The share of the tokens masked at `step`: mask-rate's START falling to END along a straight
     line over the run, or stepping down at its AT (a share of the run, or where wsd's decay begins);
     a higher rate early teaches more per step, a lower one late matches what the model is used on
     (Ettin and mmBERT mask 30% then less in the decay)."""
     rate = parse_mask_rate(config.mask_rate)
-    progress = run_progress(step, spent, config)
+    progress = run_progress(step, budget_share, config)
     if rate.at is None:
         return rate.start + progress * (rate.end - rate.start)
     switch = 1 - parse_scheduler(config.lr_scheduler).decay if rate.at == "decay" else rate.at
     return rate.start if progress < switch else rate.end
 
 
-def micro_batches(step: int, spent: float, config: Config) -> int:
+def micro_batches(step: int, budget_share: float, config: Config) -> int:
     """Micro-batches in the step: grad-accum-steps; under batch-ramp a staircase from one up to
     grad-accum-steps, reached at that share of the run (Cramming ramps the batch so; an early step
     on a small batch teaches as much as a late one on a large batch)."""
     if not config.batch_ramp:
         return config.grad_accum_steps
-    share = run_progress(step, spent, config) / config.batch_ramp
+    share = run_progress(step, budget_share, config) / config.batch_ramp
     return min(config.grad_accum_steps, 1 + math.floor((config.grad_accum_steps - 1) * share))
 
 
-def sequence_length(step: int, spent: float, config: Config) -> int:
+def sequence_length(step: int, budget_share: float, config: Config) -> int:
     """The row length of the step: seq-len-curriculum's LENGTH for its SHARE of the run, else seq-len
     (short rows first: a small model learns local context sooner, as BabyLM's entries found)."""
     curriculum = parse_curriculum(config.seq_len_curriculum)
-    if curriculum and run_progress(step, spent, config) < curriculum.share:
+    if curriculum and run_progress(step, budget_share, config) < curriculum.share:
         return curriculum.length
     return config.seq_len
 

@@ -15,7 +15,7 @@ from atomic import remove_stale_temps
 from config import INI_KEYS, Config, ini_text
 from errors import UserError
 from hardware import check_fits_memory
-from model import ModelConfig, count_parameters, parameter_count
+from model import ModelConfig, count_parameters, estimated_parameters
 from optimizer import in_stable_phase, make_optimizer, run_progress
 from run_log import RunLog, create_run_dir, write_run_config
 from run_plan import parse_scheduler
@@ -269,7 +269,7 @@ class RunStarter:
         """A model too large for the machine is one line before it is allocated, not a process the
         kernel kills: float32 weights, gradients and AdamW's two moments."""
         keys = ", ".join(f"{INI_KEYS[name]} = {getattr(shape, name)}" for name in ("d_model", "d_ff", "n_layer"))
-        check_fits_memory(parameter_count(shape), copies=4, limit_gib=self.config.memory_limit_gib or None,
+        check_fits_memory(estimated_parameters(shape), copies=4, limit_gib=self.config.memory_limit_gib or None,
                           source=f"{keys} with {shape.vocab_size:,} tokens", flag="--memory-limit-gib")
 
     def restored_model(self, saved: dict, path: Path) -> nn.Module:

@@ -149,18 +149,18 @@ class Trainer:
         budget = self.config.budget_seconds
         return run.step >= self.config.max_iters or bool(budget and run.elapsed >= budget)
 
-    def budget_spent(self, run: Run) -> float:
+    def budget_share(self, run: Run) -> float:
         """The share of time-budget trained so far (0 without one): what the schedules follow."""
         return self.config.budget_share(run.elapsed)
 
     def train_step(self, run: Run, batches, meter: "Throughput"):
         """One optimizer step over its micro-batches (grad-accum-steps, or batch-ramp's), of rows of
         seq-len (or seq-len-curriculum's); no host sync."""
-        config, spent = self.config, self.budget_spent(run)
-        run.lr = learning_rate(run.step, spent, config, run.resumed_at)
-        run.mask_rate = mask_rate(run.step, spent, config)
-        accumulation = micro_batches(run.step, spent, config)
-        length = sequence_length(run.step, spent, config)
+        config, share = self.config, self.budget_share(run)
+        run.lr = learning_rate(run.step, share, config, run.resumed_at)
+        run.mask_rate = mask_rate(run.step, share, config)
+        accumulation = micro_batches(run.step, share, config)
+        length = sequence_length(run.step, share, config)
         for group in run.optimizer.param_groups:
             group["lr"] = run.lr * group["lr_scale"]
         for micro in range(accumulation):
@@ -279,7 +279,7 @@ class Trainer:
                 checkpoints.save(directory / "best.pt", state)
             else:
                 checkpoints.save_latest(directory, state, self.config.max_checkpoints)
-                if in_stable_phase(run.step, self.budget_spent(run), self.config):
+                if in_stable_phase(run.step, self.budget_share(run), self.config):
                     checkpoints.keep_as(directory / "checkpoint.pt", directory / "stable.pt")
         if torch.distributed.is_initialized():
             torch.distributed.barrier()
