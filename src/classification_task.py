@@ -9,9 +9,11 @@ scores the whole dev split (MNLI's two, matched and mismatched) at every validat
 """
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 import glue_data
 import glue_metrics
@@ -48,9 +50,32 @@ class Part(EncodedSplit):
                 "labels": self.examples.labels[rows]}
 
 
-def confusion_matrix(predicted: torch.Tensor, labels: torch.Tensor, classes: int) -> torch.Tensor:
-    """counts[true, predicted], flattened."""
-    return torch.bincount(labels * classes + predicted, minlength=classes * classes)
+def confusion_matrix(predicted: torch.Tensor, labels: torch.Tensor, classes: int,
+                     known: torch.Tensor | None = None) -> torch.Tensor:
+    """counts[true, predicted], flattened; of the rows `known` marks where it is given."""
+    cells = labels.clamp(min=0) * classes + predicted
+    if known is None:
+        return torch.bincount(cells, minlength=classes * classes)
+    return torch.bincount(cells, weights=known.float(), minlength=classes * classes).long()
+
+
+def with_unlabelled(examples: glue_data.Examples, texts: list[str]) -> glue_data.Examples:
+    """The examples, then the texts as examples whose label is hidden."""
+    unknown = np.full(len(texts), glue_data.HIDDEN_LABEL, dtype=examples.labels.dtype)
+    return glue_data.Examples(examples.first + texts, None, np.concatenate([examples.labels, unknown]),
+                              np.concatenate([examples.index, unknown.astype(np.int64)]), examples.files,
+                              examples.skipped_lines)
+
+
+def load_classifier_teacher(path: Path, vocab, seq_len: int, num_labels: int,
+                            device: torch.device) -> BertForSequenceClassification:
+    """teacher = PATH as a classifier of the run's classes, frozen (teacher.py) on the device."""
+    from teacher import frozen, read_teacher  # a run without a teacher reads no other model
+    state, config = read_teacher(path, vocab, seq_len)
+    if "classifier.weight" not in state["model"] or config.num_labels != num_labels:
+        raise UserError(f"teacher = {path}: not a classifier of this task's {num_labels} "
+                        f"{'output' if num_labels == 1 else 'classes'} (fine-tune it on the task first)")
+    return frozen(BertForSequenceClassification(config), state, path, device)
 
 
 def confusion_metrics(confusion: np.ndarray) -> dict[str, float]:
@@ -80,14 +105,24 @@ def pearson_from_sums(sums: np.ndarray) -> float | None:
 
 class ClassificationTask(FineTuningTask):
     """A classifier (or STS-B's regressor) on BERT, examples in, labels out. best.pt goes by the
-    task's GLUE score: its metric, or the mean of its two (MRPC, QQP, STS-B)."""
-    measuring_keys = ("seq_len", "dataset_percentage", "val_dataset_percentage")  # examples are cut to seq-len
+    task's GLUE score: its metric, or the mean of its two (MRPC, QQP, STS-B).
+
+    With a teacher (a classifier of the same task, of any size), the student also learns the
+    teacher's logits by mean squared error (Tang et al. 2019), on its training examples and on the
+    sentences of transfer-data, which have no label of their own: a small model learns a large
+    one's task from unlabelled text of the task's kind."""
+    # examples are cut to seq-len; the teacher and the transfer sentences make the training loss
+    measuring_keys = ("seq_len", "dataset_percentage", "val_dataset_percentage", "teacher", "transfer_data")
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         super().__init__(config, vocab, device, rank, world_size)
         self.glue_task = glue_task_of(config)
         self.best_metric = self.glue_task.metrics[0] if len(self.glue_task.metrics) == 1 else "score"
         self.split("train")  # fail early on a missing train split
+        self.teacher = None
+        if config.teacher:
+            self.teacher = load_classifier_teacher(Path(config.teacher), vocab, config.seq_len, self.num_labels,
+                                                   device)
 
     @property
     def num_labels(self) -> int:
@@ -102,6 +137,9 @@ class ClassificationTask(FineTuningTask):
         if split == "train" and examples.labels_hidden:
             raise UserError(f"{examples.files[0]}: the training split's labels are hidden")
         examples = self.kept(examples, split, "examples")
+        if split == "train" and self.config.transfer_data:
+            from teacher import transfer_sentences
+            examples = with_unlabelled(examples, transfer_sentences(self.config.transfer_data))
         encoded = pair_encoding.encode_examples(self.vocab, examples.first, examples.second, self.config.seq_len)
         return Part(name, examples, encoded)
 
@@ -116,15 +154,29 @@ class ClassificationTask(FineTuningTask):
                      segment_ids=batch["segment_ids"])
 
     def loss(self, model, batch: dict, generator=None, mask_rate=None):
-        """Mean loss and summed statistics: [count, confusion matrix...] for a classifier,
-        [count, regression_sums...] for STS-B; no host sync."""
-        logits, loss = self.outputs(model, batch)
+        """Mean loss and summed statistics of the labelled examples: [count, confusion matrix...] for a
+        classifier, [count, regression_sums...] for STS-B; no host sync. With a teacher, the mean
+        squared error to its logits over every example is added."""
+        logits, _ = self.outputs(model, {**batch, "labels": None})
         labels = batch["labels"]
+        known = labels != glue_data.HIDDEN_LABEL
+        loss = self.labelled_loss(logits, labels, known)
+        if self.teacher is not None:
+            with torch.no_grad():
+                taught, _ = self.outputs(self.teacher, {**batch, "labels": None})
+            loss = loss + F.mse_loss(logits.float(), taught.float())
         if self.glue_task.is_regression:
             sums = regression_sums(logits[:, 0], labels)
             return loss, torch.cat([sums[:1], sums])
-        confusion = confusion_matrix(logits.argmax(-1), labels, self.num_labels)
-        return loss, torch.cat([labels.new_tensor([len(labels)]), confusion])
+        confusion = confusion_matrix(logits.argmax(-1), labels, self.num_labels, known)
+        return loss, torch.cat([known.sum()[None], confusion])
+
+    def labelled_loss(self, logits: torch.Tensor, labels: torch.Tensor, known: torch.Tensor) -> torch.Tensor:
+        """The model's loss (cross-entropy, or STS-B's squared error) over the rows with a label."""
+        if self.glue_task.is_regression:  # every STS-B example has its score: transfer-data is for one sentence
+            return F.mse_loss(logits[:, 0].float(), labels.float())
+        each = F.cross_entropy(logits.float(), labels.clamp(min=0), reduction="none")
+        return (each * known).sum() / known.sum().clamp(min=1)
 
     def metrics(self, loss: float, statistics: torch.Tensor) -> dict:
         """Training metrics from summed statistics (evaluate scores every prediction)."""

@@ -42,7 +42,9 @@ def one_of(*choices: str) -> Rule:
 # The tasks; main.py maps each name to its task class.
 CLASSIFICATION_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli", "classify")
 QUESTION_ANSWERING_TASKS = ("squad", "squad_v2")  # SQuAD v1.1, and v2.0 with unanswerable questions
+SENTENCE_TASKS = ("cola", "sst2", "classify")  # one text per example
 FINE_TUNING_TASKS = (*CLASSIFICATION_TASKS, "ner", *QUESTION_ANSWERING_TASKS, "embed")
+TAUGHT_TASKS = ("distill", *CLASSIFICATION_TASKS, "embed")  # the tasks that take a teacher
 TASK_TYPES = ("mlm", "clm", "electra", "distill", *FINE_TUNING_TASKS)
 SENTENCE_OBJECTIVES = ("none", "nsp", "sop")  # the names a shard's pairs are labelled for too (shards.PAIRS)
 
@@ -109,6 +111,12 @@ CROSS_FIELD_RULES = (
     f"epochs = {v['epochs']} and time-budget = {v['time_budget']}: give one run length, not both",
     lambda v: None if v["task_type"] != "distill" or v["teacher"] else
     "task-type = distill needs teacher = PATH (a transformers or sentence-transformers directory, or a checkpoint)",
+    lambda v: None if not v["teacher"] or v["task_type"] in TAUGHT_TASKS else
+    f"teacher = {v['teacher']} goes with task-type = distill, embed or a classification task, not {v['task_type']}",
+    lambda v: None if not v["transfer_data"] or (v["teacher"] and v["task_type"] in (*SENTENCE_TASKS, "embed")) else
+    f"transfer-data = {v['transfer_data']} goes with a teacher and a task of single texts "
+    f"({', '.join(SENTENCE_TASKS)}, embed), not task-type = {v['task_type']}"
+    + ("" if v["teacher"] else " without one"),
     curriculum_problem,
     mask_rate_problem,
     lambda v: None if not v["batch_ramp"] or v["grad_accum_steps"] > 1 else
@@ -163,7 +171,13 @@ class Config:
     detection_weight: float = key(50.0, "electra: loss = generator MLM + this x replaced-token detection",
                                   above(0))
     teacher: str = key("", "distill: the teacher, a transformers BERT or sentence-transformers directory or a "
-                       "checkpoint .pt; the run's vocab must be its")
+                       "checkpoint .pt; a classification task: a classifier of its classes whose outputs the "
+                       "student learns (mean squared error of the logits) besides the labels; embed: an "
+                       "embedding model whose cosine similarities the student learns; the run's vocab "
+                       "must be the teacher's")
+    transfer_data: str = key("", "a single-sentence task or embed, with a teacher: unlabelled text (a file, "
+                             "directory or pattern, in any format prepare_mlm_dataset.py reads) whose sentences "
+                             "the teacher labels and the student learns too")
     teacher_layer: int = key(0, "distill: the teacher layer (from 1) whose self-attention relations the "
                              "student's last layer learns; 0: its last", at_least(0))
     relation_heads: int = key(0, "distill: the relation heads q, k and v are re-split into on both sides (each "

@@ -11,14 +11,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-import checkpoints
-import hf_import
 from config import model_config
 from errors import UserError
 from hardware import to_device
 from lm_data import DATA_KEYS, LanguageModelData
 from model import Encoder, ModelConfig, init_weights
 from task import evaluate_by_sums
+from teacher import frozen, read_teacher
 
 RELATIONS = ("query", "key", "value")  # SelfAttention.projections' order
 # The Config fields that decide what the loss measures: a resumed run keeps them.
@@ -82,30 +81,10 @@ def visibility(real: torch.Tensor, document_ids: torch.Tensor | None) -> torch.T
     return visible
 
 
-def teacher_state(path: Path) -> dict:
-    """The teacher as a checkpoint's contents: a Hugging Face directory converted in memory, or a
-    checkpoint file of ours."""
-    if path.is_dir():
-        return hf_import.read_model(path)[0]
-    if not path.is_file():
-        raise UserError(f"teacher = {path}: no such directory or checkpoint file")
-    return checkpoints.load(path)
-
-
 def load_teacher(path: Path, vocab, seq_len: int, device: torch.device) -> RelationEncoder:
-    """The teacher's encoder, frozen and in eval mode, on the device; its vocabulary must be the run's."""
-    state = teacher_state(path)
-    if state["vocab_checksum"] != vocab.checksum or state["vocab_lowercase"] != vocab.lowercase:
-        raise UserError(f"vocab = {vocab.path}: not the vocabulary of teacher = {path} (checksum or casing "
-                        f"differs); the student shares the teacher's: prepare the shards with it")
-    config = ModelConfig(**state["model_config"])
-    if config.position == "learned" and config.max_len < seq_len:
-        raise UserError(f"seq-len = {seq_len}: longer than teacher = {path}'s position table ({config.max_len})")
-    teacher = RelationEncoder(config)
-    missing = checkpoints.load_weights(teacher, state["model"], path, strict=False)
-    if missing:
-        raise UserError(f"teacher = {path}: encoder weights missing: {', '.join(missing[:3])}")
-    return teacher.to(device).eval().requires_grad_(False)
+    """The teacher's encoder (teacher.py: read, checked and frozen) on the device."""
+    state, config = read_teacher(path, vocab, seq_len)
+    return frozen(RelationEncoder(config), state, path, device)
 
 
 def check_relation_heads(relation_heads: int, teacher: ModelConfig, student: ModelConfig):

@@ -14,6 +14,7 @@ to the scaled score on the pairs (sentence-transformers' CosineSimilarityLoss). 
 every text of the split, whatever val-iters or test-iters say: the scores need them all.
 """
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -32,6 +33,16 @@ from hardware import to_device
 from model import BertForEmbedding, ModelConfig
 from pair_encoding import EncodedExamples, encode_examples
 from retrieval_metrics import best_documents, retrieval_scores
+
+
+class TrainingTexts(EncodedSplit):
+    """With a teacher: every text of the training pairs, then transfer-data's sentences, one a row."""
+
+    def __init__(self, encoded: EncodedExamples):
+        self.encoded = encoded
+
+    def batch(self, rows: np.ndarray, pad_id: int, seq_len: int) -> dict:
+        return text_batch(self.encoded, rows, pad_id, seq_len)
 
 
 class TrainingPairs(EncodedSplit):
@@ -60,16 +71,35 @@ class EvaluationSplit:
 
 
 class EmbeddingTask(FineTuningTask):
-    """Sentence embeddings on BERT: BertForEmbedding, trained on pairs, scored by STS and retrieval."""
-    measuring_keys = ("seq_len", "pooling", "temperature", "dataset_percentage", "val_dataset_percentage")
+    """Sentence embeddings on BERT: BertForEmbedding, trained on pairs, scored by STS and retrieval.
+
+    With a teacher (any embedding model of the vocabulary: a sentence-transformers folder, our embed
+    checkpoint), the student learns instead the teacher's cosine similarities between the texts of a
+    batch (the squared error of the two similarity matrices), on every text of the training pairs and
+    transfer-data's sentences: the similarities are what an embedding is used for, and they compare
+    across widths, so a narrower student needs no projection into the teacher's space."""
+    measuring_keys = ("seq_len", "pooling", "temperature", "dataset_percentage", "val_dataset_percentage",
+                      "teacher", "transfer_data")
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         super().__init__(config, vocab, device, rank, world_size)
         self.best_metric = "spearman" if self.split("val").similarity is not None else "ndcg@10"
+        self.teacher = None
+        if config.teacher:
+            from teacher import frozen, read_teacher  # a run without a teacher reads no other model
+            path = Path(config.teacher)
+            state, teacher_config = read_teacher(path, vocab, config.seq_len)
+            self.teacher = frozen(BertForEmbedding(teacher_config), state, path, device)
 
     def read_part(self, split: str, name: str) -> TrainingPairs | EvaluationSplit:
         if split == "train":  # pairs to train on; validation and test: scored pairs or retrieval
             pairs = self.kept(embed_data.read_pairs(self.config.glue_path), split, "training pairs")
+            if self.config.teacher:
+                texts = [text for column in pairs.columns for text in column]
+                if self.config.transfer_data:
+                    from teacher import transfer_sentences
+                    texts += transfer_sentences(self.config.transfer_data)
+                return TrainingTexts(self.encode(texts))
             return TrainingPairs(pairs, [self.encode(texts) for texts in pairs.columns])
         return self.evaluation_split(split, name)
 
@@ -108,14 +138,21 @@ class EmbeddingTask(FineTuningTask):
         return BertForEmbedding(self.model_config(max_len))
 
     def loss(self, model, batch: dict, generator=None, mask_rate=None):
-        """Mean InfoNCE loss of the anchors, and [anchors, anchors whose positive scores best]."""
+        """Mean InfoNCE loss of the anchors, and [anchors, anchors whose positive scores best]; with a
+        teacher, similarity_loss."""
         embeddings = model(batch["input_ids"], batch["attention_mask"])
+        if self.teacher is not None:
+            with torch.no_grad():
+                taught = self.teacher(batch["input_ids"], batch["attention_mask"])
+            return similarity_loss(embeddings, taught)
         anchors = len(embeddings) // len(self.split("train").columns)
         candidates, first = every_process_candidates(embeddings[anchors:])
         loss, right = contrastive_loss(embeddings[:anchors], candidates, self.config.temperature, first)
         return loss, torch.stack([torch.tensor(anchors, device=right.device), right])
 
     def metrics(self, loss: float, statistics: torch.Tensor) -> dict:
+        """accuracy: the share of anchors whose positive scores best, or with a teacher of texts whose
+        nearest other text in the batch is the teacher's."""
         return {"loss": loss, "accuracy": float(statistics[1] / statistics[0]) if statistics[0] else 0.0}
 
     def eval_batches(self, split: str, count: int | None):
@@ -211,6 +248,17 @@ def every_process_candidates(candidates: torch.Tensor) -> tuple[torch.Tensor, in
         return candidates, 0
     from torch.distributed.nn.functional import all_gather  # differentiable, unlike dist.all_gather
     return torch.cat(all_gather(candidates)), torch.distributed.get_rank() * len(candidates)
+
+
+def similarity_loss(student: torch.Tensor, teacher: torch.Tensor):
+    """The mean squared error between the student's and the teacher's cosine similarities of every
+    two texts of the batch (embeddings of length 1), and [texts, texts whose nearest other text is
+    the teacher's nearest]."""
+    own = torch.eye(len(student), dtype=torch.bool, device=student.device)  # a text and itself: always 1
+    learned, taught = (vectors.float() @ vectors.float().T for vectors in (student, teacher))
+    loss = ((learned - taught) ** 2).masked_fill(own, 0).sum() / max(1, own.numel() - len(own))
+    nearest = [similarities.detach().masked_fill(own, -2).argmax(-1) for similarities in (learned, taught)]
+    return loss, torch.stack([torch.tensor(len(student), device=student.device), (nearest[0] == nearest[1]).sum()])
 
 
 def contrastive_loss(anchors: torch.Tensor, candidates: torch.Tensor, temperature: float, first: int = 0):

@@ -28,7 +28,7 @@ from config import CLASSIFICATION_TASKS, Config
 from errors import UserError
 from model import BertForSequenceClassification, ModelConfig
 from vocab import load_vocab
-from conftest import TEST_DEVICE
+from conftest import TEST_DEVICE, assert_resumes_exactly_mid_epoch, one_error_line
 
 CONFIG = """\
 seq-len = 64
@@ -553,3 +553,96 @@ def test_a_cola_run_whose_score_is_a_numpy_scalar_saves_checkpoints_that_load(ba
     assert checkpoints.load(run_dir / "checkpoints" / "checkpoint.pt")["step"] == 8
     metrics = main.run(main.load_config(None, settings), run_dir / "checkpoints" / "best.pt", True)
     assert metrics["test_matthews"] >= 0.25
+
+
+# ------------------------------------------------------------- a teacher, and sentences without labels
+
+STUDENT = ["--d-model", "32", "--heads", "2", "--n-layer", "1", "--d-ff", "64"]  # narrower than the 64-wide teacher
+
+
+def write_transfer_text(path: Path, reviews: list[str]) -> Path:
+    path.write_text("\n".join(reviews) + "\n", encoding="utf-8")
+    return path
+
+
+def test_sentence_tasks_are_the_glue_tasks_of_one_text():
+    from config import SENTENCE_TASKS
+    assert set(SENTENCE_TASKS) == {name for name, task in glue_tasks.TASKS.items() if not task.is_pair} | {"classify"}
+
+
+def test_a_teacher_adds_the_squared_error_of_its_logits_and_unlabelled_sentences_learn_from_it_alone(
+        base_dir, sst2_run, monkeypatch, tmp_path):
+    monkeypatch.chdir(base_dir)
+    transfer = write_transfer_text(tmp_path / "reviews.txt", ["A fine film. It bored me!", "Too long?"])
+    config = main.load_config(None, ["--task-type", "sst2", "--teacher", str(sst2_run / "checkpoints" / "best.pt"),
+                                     "--transfer-data", str(transfer), *STUDENT])
+    vocab = load_vocab(base_dir / "vocab")
+    task = ClassificationTask(config, vocab, torch.device("cpu"))
+    train = task.split("train")
+    assert len(train) == 1600 + 3 and list(train.examples.first[-3:]) == ["A fine film.", "It bored me!", "Too long?"]
+    assert list(train.examples.labels[-3:]) == [glue_data.HIDDEN_LABEL] * 3
+    torch.manual_seed(0)
+    model = task.build_model().eval()  # no dropout: the hand sum below sees the same logits
+    rows = np.array([0, 1, 1601, 1602])  # two labelled sentences, two transfer sentences
+    batch = {name: torch.as_tensor(value) if value is not None else None
+             for name, value in train.batch(rows, vocab.pad_id, 64).items()}
+    loss, statistics = task.loss(model, batch)
+    logits, _ = model(batch["input_ids"], attention_mask=batch["attention_mask"])
+    taught, _ = task.teacher(batch["input_ids"], attention_mask=batch["attention_mask"])
+    expected = (torch.nn.functional.cross_entropy(logits[:2], batch["labels"][:2])
+                + torch.nn.functional.mse_loss(logits, taught))
+    torch.testing.assert_close(loss, expected)
+    assert statistics[0] == 2 and statistics[1:].sum() == 2  # the confusion matrix counts labelled rows only
+    assert not any(parameter.requires_grad for parameter in task.teacher.parameters())
+
+
+def test_a_narrow_student_learns_the_task_from_its_teacher(base_dir, sst2_run, imdb_reviews, monkeypatch, tmp_path):
+    monkeypatch.chdir(base_dir)
+    transfer = write_transfer_text(tmp_path / "reviews.txt", imdb_reviews[:300])
+    config = main.load_config(None, ["--task-type", "sst2", "--teacher", str(sst2_run / "checkpoints" / "best.pt"),
+                                     "--transfer-data", str(transfer), *STUDENT, "--max-iters", "200",
+                                     "--lr-decay-iters", "200", "--val-interval", "100", "--learning-rate", "2e-3",
+                                     "--run-id", "student"])
+    run_dir = main.run(config, None, False)
+    # 200 balanced validation sentences: chance is 0.5 with a standard error of 0.035.
+    assert max(metrics["accuracy"] for metrics in validations(run_dir)) > 0.6
+    saved = checkpoints.load(run_dir / "checkpoints" / "checkpoint.pt")
+    assert saved["model_config"]["d_model"] == 32 and not any(name.startswith("teacher") for name in saved["model"])
+
+
+def test_a_student_with_a_teacher_resumes_exactly(base_dir, sst2_run, imdb_reviews, monkeypatch, tmp_path):
+    transfer = write_transfer_text(tmp_path / "reviews.txt", imdb_reviews[:100])
+
+    def make_workdir(name: str) -> Path:
+        workdir = tmp_path / name
+        workdir.mkdir()
+        student = {"d-model = 64": "d-model = 32", "d-ff = 128": "d-ff = 64", "n-layer = 2": "n-layer = 1",
+                   "warmup-iters = 10": "warmup-iters = 2"}
+        settings = CONFIG.format(device=TEST_DEVICE)
+        for line, replacement in student.items():
+            settings = settings.replace(line, replacement)
+        (workdir / "config.ini").write_text(
+            settings + f"base-dir = .\nvocab = {base_dir / 'vocab'}\ndatasets-dir = {base_dir / 'datasets'}\n"
+            f"task-type = sst2\nteacher = {sst2_run / 'checkpoints' / 'best.pt'}\ntransfer-data = {transfer}\n"
+            "val-interval = 100\nlr-decay-iters = 6\n")
+        return workdir
+
+    assert_resumes_exactly_mid_epoch(make_workdir, monkeypatch, 6)
+
+
+@pytest.mark.parametrize("task, arguments, message", [
+    ("sst2", ["--transfer-data", "reviews.txt"],
+     "transfer-data = reviews.txt goes with a teacher and a task of single texts"),
+    ("mrpc", ["--teacher", "t.pt", "--transfer-data", "reviews.txt"], "not task-type = mrpc"),
+    ("ner", ["--teacher", "t.pt"], "teacher = t.pt goes with task-type = distill, embed or a classification task"),
+    ("sst2", ["--teacher", "missing.pt"], "teacher = missing.pt: no such directory or checkpoint file"),
+    ("sst2", ["--teacher", "MLM"], "not a classifier of this task's 2 classes"),
+    ("sst2", ["--teacher", "SST2", "--transfer-data", "missing.txt"], "missing.txt"),
+])
+def test_a_wrong_teacher_or_transfer_data_is_one_line(base_dir, mlm_checkpoint, sst2_run, monkeypatch, capsys,
+                                                     task, arguments, message):
+    monkeypatch.chdir(base_dir)
+    teachers = {"MLM": str(mlm_checkpoint), "SST2": str(sst2_run / "checkpoints" / "best.pt")}
+    arguments = [teachers.get(argument, argument) for argument in arguments]
+    line = one_error_line(capsys, lambda: main.main(["--task-type", task, *arguments, "--max-iters", "1"]))
+    assert message in line, line

@@ -24,8 +24,9 @@ import import_hf
 import main
 import make_embed_demo
 import retrieval_metrics
+import teacher
 from conftest import assert_resumes_exactly_mid_epoch, one_error_line, write_mlm_config
-from embed_task import contrastive_loss, embed_texts
+from embed_task import contrastive_loss, embed_texts, similarity_loss
 from errors import UserError
 from model import BertForEmbedding
 from retrieval_metrics import best_documents, retrieval_scores
@@ -79,6 +80,19 @@ def test_the_contrastive_loss_is_infonce_over_positives_and_hard_negatives():
 
 
 # ----------------------------------------------------------------------------- data
+
+def test_the_similarity_loss_is_the_squared_error_of_every_two_texts_cosines():
+    torch.manual_seed(0)
+    student, teacher = F.normalize(torch.randn(5, 3), dim=-1), F.normalize(torch.randn(5, 8), dim=-1)
+    loss, statistics = similarity_loss(student, teacher)
+    pairs = [(i, j) for i in range(5) for j in range(5) if i != j]
+    expected = sum(float(student[i] @ student[j] - teacher[i] @ teacher[j]) ** 2 for i, j in pairs) / len(pairs)
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
+    nearest = [max((j for j in range(5) if j != i), key=lambda j, i=i: float(vectors[i] @ vectors[j]))
+               for vectors in (student, teacher) for i in range(5)]
+    assert statistics.tolist() == [5, sum(a == b for a, b in zip(nearest[:5], nearest[5:]))]
+    assert float(similarity_loss(teacher, teacher)[0]) < 1e-12
+
 
 def write_jsonl(path: Path, rows: list):
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -323,3 +337,43 @@ def test_a_bad_max_seq_length_is_one_line_naming_the_file_and_key(tmp_path, caps
     assert line == (f"error: {settings}: max_seq_length = {length}: expected an integer in [8, 2048] "
                     "(it becomes seq-len)")
     assert not (tmp_path / "x.pt").exists()
+
+
+# ------------------------------------------------------------------- a teacher's similarities
+
+@pytest.fixture(scope="module")
+def taught_base(imdb_corpus, tmp_path_factory):
+    """datasets/embed made up from the demo reviews, read with all-MiniLM-L6-v2's vocabulary: its teacher."""
+    base = tmp_path_factory.mktemp("taught_base")
+    shutil.copytree(published_uncased_model(), base / "vocab", ignore=shutil.ignore_patterns("*.safetensors"))
+    make_embed_demo.make_embed_demo(imdb_corpus, base / "datasets" / "embed", seed=123, limit=600)
+    return base
+
+
+STUDENT = {"d_model": 32, "heads": 2, "n_layer": 1, "d_ff": 64, "teacher": published_uncased_model()}
+
+
+def test_a_narrow_student_learns_a_published_models_similarities(taught_base, imdb_reviews, tmp_path, monkeypatch,
+                                                                 keep_signal_handlers):
+    transfer = tmp_path / "reviews.txt"
+    transfer.write_text("\n".join(imdb_reviews[:50]) + "\n", encoding="utf-8")
+    monkeypatch.chdir(embed_workdir(taught_base, tmp_path / "work", max_iters=60, lr_decay_iters=60, val_interval=60,
+                                    log_interval=1, transfer_data=transfer, **STUDENT))
+    config = main.load_config(None, [])
+    task = main.make_task(config)
+    pairs = embed_data.read_pairs(config.glue_path)
+    sentences = teacher.transfer_sentences(str(transfer))
+    assert len(sentences) > len(imdb_reviews[:50])
+    assert len(task.split("train")) == 2 * len(pairs.anchors) + len(sentences)  # each pair's two texts, then these
+    run_dir = main.run(config, None, False)
+    lines = (run_dir / "logs" / "log.txt").read_text(encoding="utf-8").splitlines()
+    losses = [float(line.split("| loss ")[1].split()[0]) for line in lines if "| loss " in line]
+    assert len(losses) == 60 and sum(losses[-5:]) < 0.5 * sum(losses[:5]), losses
+    saved = checkpoints.load(run_dir / "checkpoints" / "checkpoint.pt")
+    assert saved["model_config"]["d_model"] == 32 and saved["task"] == "embed"
+
+
+def test_a_taught_student_resumes_exactly(taught_base, tmp_path, monkeypatch, keep_signal_handlers):
+    settings = {"lr_decay_iters": 6, "val_interval": 6, "val_dataset_percentage": 0.2, **STUDENT}
+    assert_resumes_exactly_mid_epoch(lambda name: embed_workdir(taught_base, tmp_path / name, **settings),
+                                     monkeypatch, steps=6)

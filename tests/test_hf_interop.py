@@ -241,6 +241,42 @@ def test_a_published_model_continues_on_a_corpus_prepared_with_its_own_vocabular
     assert load_checkpoint(run_dir / "checkpoints" / "checkpoint.pt")["model_config"]["d_model"] == 384
 
 
+def test_a_published_model_fine_tuned_teaches_a_small_student_as_a_checkpoint_or_an_exported_directory(
+        rotten_tomatoes, imdb_reviews, tmp_path, monkeypatch):
+    """README's small model for a task: all-MiniLM-L6-v2 fine-tuned with its template teaches a narrow
+    student on sentences without labels, as our checkpoint or as the transformers directory it exports
+    to (the same logits)."""
+    from classification_task import ClassificationTask
+    published = published_uncased_model()
+    base = tmp_path / "demo"
+    make_demo.write_sst2(base / "datasets", rotten_tomatoes[:600], seed=123)
+    import_hf.main(["-i", str(published), "-o", str(base / "minilm.pt")])
+    transfer = tmp_path / "reviews.txt"
+    transfer.write_text("\n".join(imdb_reviews[:20]) + "\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    short = ["--vocab", str(published), "--max-iters", "2", "--warmup-iters", "1", "--lr-decay-iters", "2",
+             "--val-interval", "2", "--batch-size", "8", "--seq-len", "64"]
+    template = ROOT / "etc" / "templates" / "config_sst2_published_cpu.ini"
+    teacher_run = main.run(main.load_config(template, [*short, "--run-id", "teacher"]), base / "minilm.pt", False)
+    teacher = teacher_run / "checkpoints" / "checkpoint.pt"
+    export_hf.export(teacher, tmp_path / "exported")
+    student = ["--d-model", "64", "--heads", "2", "--n-layer", "1", "--d-ff", "128", "--transfer-data", str(transfer)]
+    vocab = load_vocab(published)
+    logits = []
+    for each in (teacher, tmp_path / "exported"):
+        config = main.load_config(template, [*short, *student, "--teacher", str(each)])
+        task = ClassificationTask(config, vocab, torch.device("cpu"))
+        train = task.split("train")
+        batch = train.batch(torch.arange(len(train) - 8, len(train)).numpy(), vocab.pad_id, 64)  # transfer sentences
+        with torch.no_grad():
+            logits.append(task.teacher(torch.as_tensor(batch["input_ids"]),
+                                       attention_mask=torch.as_tensor(batch["attention_mask"]))[0])
+    torch.testing.assert_close(logits[0], logits[1], rtol=1e-4, atol=1e-4)
+    run_dir = main.run(config, None, False)
+    log = (run_dir / "logs" / "log.txt").read_text(encoding="utf-8")
+    assert f"teacher = {tmp_path / 'exported'}" in log and "step 2 | loss" in log
+
+
 def test_an_imported_masked_lm_continues_with_its_own_head(mlm_trained_run, vocab_dir, tmp_path, monkeypatch):
     theirs = random_bert(TheirMaskedLM, vocab_dir, tmp_path / "mlm")
     hf_import.convert(tmp_path / "mlm", tmp_path / "mlm.pt")
