@@ -25,10 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 import checkpoints  # noqa: E402
 from atomic import sync_directory  # noqa: E402
 import hf_export  # noqa: E402
+import onnx_export  # noqa: E402
 from errors import UserError, exit_on_user_error, naming_a_full_disk  # noqa: E402
 from model import BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, ModelConfig  # noqa: E402
 from model import BertForCausalLM, ElectraForPreTraining  # noqa: E402
 
+ONNX_FILE = "onnx/model.onnx"  # where optimum and sentence-transformers' ONNX backend look
 MODEL_CLASSES = {"mlm": BertForMaskedLM, "clm": BertForCausalLM, "electra": ElectraForPreTraining}
 
 
@@ -75,8 +77,11 @@ def directory_files(checkpoint_path: Path, checkpoint: dict) -> dict[str, str]:
     return files
 
 
-def export(checkpoint_path: Path, out_dir: Path, force: bool = False) -> list[str]:
-    """Writes the directory (where out_dir leads, if a symbolic link); returns the names of its files."""
+def export(checkpoint_path: Path, out_dir: Path, force: bool = False, onnx: bool = False) -> list[str]:
+    """Writes the directory (where out_dir leads, if a symbolic link), with onnx/model.onnx checked
+    against our model where `onnx`; returns the names of its files."""
+    if onnx:
+        onnx_export.require_onnx()
     checkpoint = hf_export.as_exported(checkpoints.load(checkpoint_path))
     hf_export.check_exportable(checkpoint_path, checkpoint)
     check_weights(checkpoint_path, checkpoint)
@@ -95,6 +100,10 @@ def export(checkpoint_path: Path, out_dir: Path, force: bool = False) -> list[st
             (temp / name).parent.mkdir(exist_ok=True)
             with naming_a_full_disk(out_dir / name):
                 (temp / name).write_text(text, encoding="utf-8")
+        if onnx:
+            with naming_a_full_disk(out_dir / ONNX_FILE):
+                onnx_export.write_onnx(checkpoint, checkpoints.vocab_of(checkpoint), temp / ONNX_FILE,
+                                       out_dir / ONNX_FILE)
         finish(temp)
         replace_directory(temp, target)
     except OSError as error:
@@ -147,13 +156,16 @@ def parse_args(argv=None):
     parser.add_argument("-o", "--output", type=Path, required=True, help="directory to write")
     parser.add_argument("--force", action="store_true",
                         help="replace an earlier export in the output directory (never anything else)")
+    parser.add_argument("--onnx", action="store_true",
+                        help="also onnx/model.onnx, kept only if onnxruntime's outputs equal ours "
+                             f"(within {onnx_export.TOLERANCE:g}); needs: {onnx_export.INSTALL}")
     return parser.parse_args(argv)
 
 
 @exit_on_user_error
 def main(argv=None):
     args = parse_args(argv)
-    names = export(args.cp, args.output, args.force)
+    names = export(args.cp, args.output, args.force, args.onnx)
     print(f"wrote {args.output}: {', '.join(names)}")
 
 

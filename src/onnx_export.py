@@ -1,0 +1,177 @@
+"""onnx/model.onnx in an exported directory (export_hf.py --onnx): our model traced for onnxruntime,
+batch and sequence axes free, under the names optimum's ORTModel classes and sentence-transformers'
+ONNX backend read: input_ids, attention_mask and token_type_ids in; logits (MLM, a classifier or
+regressor, token classification), start_logits and end_logits (questions), or last_hidden_state (an
+encoder or an embedding model, pooled by the directory's sentence-transformers modules) out.
+
+The graph is checked before it is kept: onnxruntime runs it on sentences of many lengths, alone and
+padded into one batch, longer than the traced example too (rotary tables are computed per length),
+and every output must be finite and within TOLERANCE of our model's. A graph that is not is refused
+with where it differs, and nothing is written.
+"""
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from errors import UserError
+from model import (BertForEmbedding, BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification,
+                   BertForTokenClassification, ModelConfig)
+
+TOLERANCE = 1e-4  # the largest absolute difference a float32 output may have from ours
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+OPSET = 17
+INSTALL = "pip install onnx onnxruntime"
+
+# The sentences the graph is checked on: lengths from a few pieces to many, plain and odd text.
+CHECK_SENTENCES = (
+    "Fine.",
+    "A gorgeous, witty, seductive movie.",
+    "The plot made no sense at all, and the acting was wooden from the first scene to the last.",
+    "Ça coûte 5€ — très cher! 42 (forty-two) reasons; why?",
+    "It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of "
+    "foolishness, it was the epoch of belief, it was the epoch of incredulity, it was the season of Light.",
+)
+
+
+def model_class(task: str) -> type:
+    """Our model class whose outputs the task's graph gives."""
+    if task == "mlm":
+        return BertForMaskedLM
+    if task == "ner":
+        return BertForTokenClassification
+    if task in ("squad", "squad_v2"):
+        return BertForQuestionAnswering
+    if task in ("embed", "encoder"):
+        return BertForEmbedding
+    return BertForSequenceClassification
+
+
+def output_names(task: str) -> tuple[str, ...]:
+    if task in ("squad", "squad_v2"):
+        return "start_logits", "end_logits"
+    return ("last_hidden_state",) if task in ("embed", "encoder") else ("logits",)
+
+
+class DecomposedRMSNorm(nn.Module):
+    """nn.RMSNorm in the operations opset 17 has (its own RMSNormalization came in opset 23)."""
+
+    def __init__(self, norm: nn.RMSNorm):
+        super().__init__()
+        self.weight, self.eps = norm.weight, norm.eps
+
+    def forward(self, x):
+        eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * self.weight
+
+
+def decomposed(model: nn.Module) -> nn.Module:
+    """The model with every nn.RMSNorm a DecomposedRMSNorm sharing its weight."""
+    for name, child in model.named_children():
+        setattr(model, name, DecomposedRMSNorm(child) if isinstance(child, nn.RMSNorm) else decomposed(child))
+    return model
+
+
+class Outputs(nn.Module):
+    """Our model between transformers' input and output names (an int attention mask in)."""
+
+    def __init__(self, model: nn.Module, task: str):
+        super().__init__()
+        self.model = model
+        self.task = task
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        model, real = self.model, attention_mask.bool()
+        if self.task in ("embed", "encoder"):
+            return model.encoder(input_ids, real, token_type_ids)
+        if self.task == "mlm":
+            return model.head(model.encoder(input_ids, real, token_type_ids))
+        if isinstance(model, BertForQuestionAnswering):
+            start, end, _ = model(input_ids, real, token_type_ids)
+            return start, end
+        return model(input_ids, attention_mask=real, segment_ids=token_type_ids)[0]
+
+
+def exported_model(checkpoint: dict) -> Outputs:
+    """The checkpoint's model (as export_hf.py exports it: a distilled student is an encoder) in eval mode."""
+    task = checkpoint["task"]
+    model = model_class(task)(ModelConfig(**checkpoint["model_config"]))
+    model.load_state_dict(checkpoint["model"], strict=False)  # export_hf.py checked the encoder's weights
+    return Outputs(decomposed(model).eval(), task).eval()
+
+
+def check_batches(vocab, max_len: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(input ids, attention mask) batches: each sentence alone, all of them padded into one, and one
+    text as long as the position table allows."""
+    pieces = [[vocab.cls_id, *ids[:max_len - 2], vocab.sep_id] for ids in vocab.encode(list(CHECK_SENTENCES))]
+    longest = (pieces[-1][1:-1] * (max_len // len(pieces[-1]) + 1))[:max_len - 2]
+    pieces.append([vocab.cls_id, *longest, vocab.sep_id])
+    batches = [padded([one], vocab.pad_id) for one in pieces]
+    return batches + [padded(pieces, vocab.pad_id)]
+
+
+def padded(rows: list[list[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    width = max(len(row) for row in rows)
+    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for number, row in enumerate(rows):
+        ids[number, :len(row)], mask[number, :len(row)] = row, 1
+    return ids, mask
+
+
+def require_onnx():
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError as error:
+        raise UserError(f"--onnx needs the onnx and onnxruntime packages ({error.name} is missing): "
+                        f"{INSTALL}") from None
+
+
+def write_onnx(checkpoint: dict, vocab, path: Path, shown_as: Path) -> None:
+    """Trace the checkpoint's model into `path` and check it (check_graph); `shown_as` names the file
+    in messages (the export's final place)."""
+    require_onnx()
+    wrapper = exported_model(checkpoint)
+    max_len = checkpoint["model_config"]["max_len"]
+    ids, mask = (torch.from_numpy(each) for each in
+                 padded([[vocab.cls_id, vocab.sep_id], [vocab.cls_id, 7 % vocab.size, vocab.sep_id]], vocab.pad_id))
+    names = output_names(checkpoint["task"])
+    axes = {name: {0: "batch", 1: "sequence"} for name in (*INPUTS, *names)}
+    if names == ("logits",) and checkpoint["task"] not in ("mlm", "ner"):
+        axes["logits"] = {0: "batch"}  # one row of classes a text
+    path.parent.mkdir(exist_ok=True)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # the tracer's notes on Python control flow fixed at trace time
+        torch.onnx.export(wrapper, (ids, mask, torch.zeros_like(ids)), str(path), input_names=list(INPUTS),
+                          output_names=list(names), dynamic_axes=axes, opset_version=OPSET, dynamo=False)
+    check_graph(path, wrapper, check_batches(vocab, max_len), shown_as)
+
+
+def check_graph(path: Path, wrapper: Outputs, batches, shown_as: Path) -> float:
+    """Every output of the graph on every batch finite and within TOLERANCE of ours; returns the
+    largest difference seen, or refuses in one line naming the output, the batch and the place."""
+    import onnxruntime
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    wanted = {each.name for each in session.get_inputs()}
+    names = [each.name for each in session.get_outputs()]
+    largest = 0.0
+    for ids, mask in batches:
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        theirs = session.run(None, {name: value for name, value in feeds.items() if name in wanted})
+        with torch.no_grad():
+            ours = wrapper(*(torch.from_numpy(feeds[name]) for name in INPUTS))
+        ours = ours if isinstance(ours, tuple) else (ours,)
+        for name, graph, reference in zip(names, theirs, ours):
+            where = f"{ids.shape[0]} text(s) of up to {ids.shape[1]} pieces"
+            if not np.isfinite(graph).all():
+                raise UserError(f"{shown_as}: the graph's {name} is not finite for {where}: not written")
+            difference = np.abs(graph - reference.float().numpy())
+            worst = np.unravel_index(int(difference.argmax()), difference.shape)
+            if difference[worst] > TOLERANCE:
+                raise UserError(f"{shown_as}: the graph's {name} differs from ours by {difference[worst]:.2e} at "
+                                f"{tuple(int(i) for i in worst)} for {where} (at most {TOLERANCE:g}): not written")
+            largest = max(largest, float(difference[worst]))
+    return largest
