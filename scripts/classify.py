@@ -22,11 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 import glue_data  # noqa: E402
 import glue_tasks  # noqa: E402
 import pair_encoding  # noqa: E402
-from checkpoints import restore_model  # noqa: E402
 from classification_task import Part  # noqa: E402
 from config import CLASSIFICATION_TASKS  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
+from fine_tuning import inference_rows  # noqa: E402
 from model import BertForSequenceClassification  # noqa: E402
+from onnx_model import OR_EXPORTED, restore_model  # noqa: E402
 
 CLASSIFIERS = {task: BertForSequenceClassification for task in CLASSIFICATION_TASKS}
 PAIR_SEPARATOR = "|||"
@@ -52,24 +53,26 @@ def split_pairs(texts: list[str], task: str) -> tuple[list[str], list[str] | Non
 
 
 @torch.no_grad()
-def classify(model, vocab, first: list[str], second: list[str] | None, seq_len: int,
-             batch_size: int = 64) -> list[tuple[int, float]]:
+def classify(model, vocab, first: list[str], second: list[str] | None, seq_len: int, batch_size: int = 64,
+             progress: bool = False) -> list[tuple[int, float]]:
     """(label, probability) for each sentence or pair, in order, or for a regressor (STS-B)
-    (-1, score); batches as fine-tuning makes them."""
+    (-1, score); encoded as fine-tuning encodes them, batched by length."""
     count = len(first)
     examples = glue_data.Examples(first, second, np.full(count, glue_data.HIDDEN_LABEL), np.arange(count))
     part = Part("test", examples, pair_encoding.encode_examples(vocab, first, second, seq_len))
-    results = []
-    for start in range(0, count, batch_size):
-        batch = part.batch(np.arange(start, min(start + batch_size, count)), vocab.pad_id, seq_len)
+    results = [(-1, 0.0)] * count
+    for rows in inference_rows(part, batch_size, progress):
+        batch = part.batch(rows, vocab.pad_id, seq_len)
         segment_ids = None if batch["segment_ids"] is None else torch.from_numpy(batch["segment_ids"])
         logits, _ = model(torch.from_numpy(batch["input_ids"]),
                           attention_mask=torch.from_numpy(batch["attention_mask"]), segment_ids=segment_ids)
         if model.config.num_labels == 1:
-            results += [(-1, score) for score in logits[:, 0].float().tolist()]
-            continue
-        probabilities, labels = logits.float().softmax(-1).max(-1)
-        results += list(zip(labels.tolist(), probabilities.tolist()))
+            found = [(-1, score) for score in logits[:, 0].float().tolist()]
+        else:
+            probabilities, labels = logits.float().softmax(-1).max(-1)
+            found = list(zip(labels.tolist(), probabilities.tolist()))
+        for row, result in zip(rows.tolist(), found):
+            results[row] = result
     return results
 
 
@@ -112,7 +115,8 @@ def print_lines(lines):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cp", type=Path, required=True, help="a fine-tuned checkpoint of a GLUE task or classify")
+    parser.add_argument("--cp", type=Path, required=True,
+                        help="a fine-tuned checkpoint of a GLUE task or classify" + OR_EXPORTED)
     parser.add_argument("text", nargs="*",
                         help=f"sentences to label; for a pair task, pairs written `first {PAIR_SEPARATOR} second`")
     parser.add_argument("-i", "--input", type=Path,
@@ -129,8 +133,9 @@ def main(argv=None):
     first, second = split_pairs(texts, task)
     seq_len = trained_seq_len(checkpoint, model)
     names = glue_tasks.label_names(task, model.config.num_labels)
+    results = classify(model, vocab, first, second, seq_len, progress=True)
     print_lines(f"{value:.3f}\t{text}" if model.config.num_labels == 1 else f"{names[label]}\t{value:.3f}\t{text}"
-                for text, (label, value) in zip(texts, classify(model, vocab, first, second, seq_len)))
+                for text, (label, value) in zip(texts, results))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from atomic import atomic_write, check_output_file  # noqa: E402
-from checkpoints import restore_model  # noqa: E402
+from onnx_model import OR_EXPORTED, restore_model  # noqa: E402
 from classify import print_lines, read_sentences, trained_seq_len  # noqa: E402
 from embed_task import embed_texts  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
@@ -29,7 +29,7 @@ from retrieval_metrics import best_documents  # noqa: E402
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cp", type=Path, required=True, help="an embed checkpoint")
+    parser.add_argument("--cp", type=Path, required=True, help="an embed checkpoint" + OR_EXPORTED)
     parser.add_argument("-i", "--input", type=Path, required=True, help="a file with one text per line")
     parser.add_argument("-o", "--output", type=Path, help="write the embeddings here (.npy)")
     parser.add_argument("--query", action="append", default=[], help="print the lines nearest to this text "
@@ -87,7 +87,7 @@ def main(argv=None):
     if args.embeddings:
         vectors = stored_embeddings(args.embeddings, len(texts), model.config.d_model)
     else:
-        vectors = embed_texts(model, vocab, texts, seq_len, args.batch_size)
+        vectors = embed_texts(model, vocab, texts, seq_len, args.batch_size, progress=True)
     if args.output:
         atomic_write(args.output, lambda temp: save_array(temp, vectors))
         print(f"wrote {args.output}: {vectors.shape[0]} embeddings of {vectors.shape[1]} dimensions", file=sys.stderr)

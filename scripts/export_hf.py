@@ -77,13 +77,17 @@ def directory_files(checkpoint_path: Path, checkpoint: dict) -> dict[str, str]:
     return files
 
 
-def export(checkpoint_path: Path, out_dir: Path, force: bool = False, onnx: bool = False) -> list[str]:
+def export(checkpoint_path: Path, out_dir: Path, force: bool = False, onnx: bool = False,
+           quantize: bool = False) -> list[str]:
     """Writes the directory (where out_dir leads, if a symbolic link), with onnx/model.onnx checked
-    against our model where `onnx`; returns the names of its files."""
-    if onnx:
+    against our model where `onnx`, and its int8 graph scored beside it where `quantize`; returns the
+    names of its files."""
+    if onnx or quantize:
         onnx_export.require_onnx()
     checkpoint = hf_export.as_exported(checkpoints.load(checkpoint_path))
     hf_export.check_exportable(checkpoint_path, checkpoint)
+    if quantize:
+        onnx_export.check_quantizable(checkpoint, checkpoint_path)
     check_weights(checkpoint_path, checkpoint)
     check_output(out_dir, checkpoint_path, force)
     files = directory_files(checkpoint_path, checkpoint)
@@ -100,10 +104,13 @@ def export(checkpoint_path: Path, out_dir: Path, force: bool = False, onnx: bool
             (temp / name).parent.mkdir(exist_ok=True)
             with naming_a_full_disk(out_dir / name):
                 (temp / name).write_text(text, encoding="utf-8")
-        if onnx:
+        if onnx or quantize:
             with naming_a_full_disk(out_dir / ONNX_FILE):
                 onnx_export.write_onnx(checkpoint, checkpoints.vocab_of(checkpoint), temp / ONNX_FILE,
                                        out_dir / ONNX_FILE)
+        if quantize:
+            with naming_a_full_disk(out_dir / onnx_export.QUANTIZED_FILE):
+                onnx_export.write_quantized(checkpoint, checkpoint_path, temp / ONNX_FILE)
         finish(temp)
         replace_directory(temp, target)
     except OSError as error:
@@ -159,14 +166,21 @@ def parse_args(argv=None):
     parser.add_argument("--onnx", action="store_true",
                         help="also onnx/model.onnx, kept only if onnxruntime's outputs equal ours "
                              f"(within {onnx_export.TOLERANCE:g}); needs: {onnx_export.INSTALL}")
+    parser.add_argument("--quantize", choices=["int8"],
+                        help=f"also {onnx_export.QUANTIZED_FILE} (implies --onnx): onnxruntime's dynamic int8, "
+                             f"with the size and validation scores of both graphs in "
+                             f"{onnx_export.QUANTIZATION_REPORT} (the run's validation data must be at hand)")
     return parser.parse_args(argv)
 
 
 @exit_on_user_error
 def main(argv=None):
     args = parse_args(argv)
-    names = export(args.cp, args.output, args.force, args.onnx)
+    names = export(args.cp, args.output, args.force, args.onnx, args.quantize == "int8")
     print(f"wrote {args.output}: {', '.join(names)}")
+    if args.quantize:
+        report = json.loads((args.output / onnx_export.QUANTIZATION_REPORT).read_text(encoding="utf-8"))
+        print(onnx_export.quantization_line(report))
 
 
 if __name__ == "__main__":

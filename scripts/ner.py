@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from checkpoints import restore_model  # noqa: E402
+from onnx_model import OR_EXPORTED, restore_model  # noqa: E402
 from classify import input_texts, print_lines, trained_seq_len  # noqa: E402
 from errors import exit_on_user_error  # noqa: E402
 from model import BertForTokenClassification  # noqa: E402
@@ -28,7 +28,7 @@ def words_of(vocab, text: str) -> list[str]:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cp", type=Path, required=True, help="a fine-tuned ner checkpoint")
+    parser.add_argument("--cp", type=Path, required=True, help="a fine-tuned ner checkpoint" + OR_EXPORTED)
     parser.add_argument("text", nargs="*", help="sentences to tag")
     parser.add_argument("-i", "--input", type=Path, help="a file with one sentence per line")
     return parser.parse_args(argv)
@@ -40,7 +40,7 @@ def main(argv=None):
     texts = input_texts(args, "tag")
     model, vocab, checkpoint = restore_model(args.cp, {"ner": BertForTokenClassification})
     words = [words_of(vocab, text) for text in texts]
-    tags = tag_sentences(model, vocab, words, trained_seq_len(checkpoint, model))
+    tags = tag_sentences(model, vocab, words, trained_seq_len(checkpoint, model), progress=True)
     print_lines(line for sentence, sentence_tags in zip(words, tags)
                 for line in [*(f"{word}\t{tag}" for word, tag in zip(sentence, sentence_tags)), ""])
 

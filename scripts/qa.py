@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from checkpoints import restore_model  # noqa: E402
+from onnx_model import OR_EXPORTED, restore_model  # noqa: E402
 from classify import print_lines  # noqa: E402
 from config import QUESTION_ANSWERING_TASKS, Config  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
@@ -69,7 +69,8 @@ def run_settings(checkpoint: dict, max_len: int) -> dict:
 @exit_on_user_error
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cp", type=Path, required=True, help="a fine-tuned squad or squad_v2 checkpoint")
+    parser.add_argument("--cp", type=Path, required=True,
+                        help="a fine-tuned squad or squad_v2 checkpoint" + OR_EXPORTED)
     parser.add_argument("-q", "--question", help="the question")
     parser.add_argument("-c", "--context", help="the text that holds the answer")
     parser.add_argument("-i", "--input", type=Path, help="JSON lines, each with question and context")
@@ -82,9 +83,10 @@ def main(argv=None):
         read_questions(args.input) if args.input else [])
     if not pairs:
         raise UserError("nothing to answer: give -q QUESTION -c CONTEXT or -i FILE")
-    model, vocab, checkpoint = restore_model(args.cp, dict.fromkeys(QUESTION_ANSWERING_TASKS, BertForQuestionAnswering))
+    kinds = dict.fromkeys(QUESTION_ANSWERING_TASKS, BertForQuestionAnswering)
+    model, vocab, checkpoint = restore_model(args.cp, kinds)
     answers = answer_questions(model, vocab, [question for question, _ in pairs], [context for _, context in pairs],
-                               run_settings(checkpoint, model.config.max_len))
+                               run_settings(checkpoint, model.config.max_len), progress=True)
     print_lines(f"{text}\t{score:.3f}" for text, score in answers)
 
 

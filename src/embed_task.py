@@ -26,7 +26,7 @@ from config import model_config
 from distributed import every_rank
 from embed_data import Pairs, Retrieval
 from errors import UserError
-from fine_tuning import EncodedSplit, FineTuningTask
+from fine_tuning import EncodedSplit, FineTuningTask, inference_rows
 from glue_data import SIMILARITY_RANGE, Examples
 from glue_metrics import pearson, spearman
 from hardware import to_device
@@ -221,24 +221,33 @@ def text_batch(encoded: EncodedExamples, rows: np.ndarray, pad_id: int, seq_len:
 
 @torch.no_grad()
 def embedded(model, encoded: EncodedExamples, rows: np.ndarray, pad_id: int, seq_len: int,
-             batch_size: int = 64) -> np.ndarray:
-    """The embeddings of texts `rows` (float32 numpy, in their order), shortest first in batches."""
-    device = next(model.parameters()).device
-    order = rows[np.argsort(encoded.lengths[rows], kind="stable")]
+             batch_size: int = 64, progress: bool = False) -> np.ndarray:
+    """The embeddings of texts `rows` (float32 numpy, in their order), batched by length."""
+    device = next(model.parameters(), torch.empty(0)).device  # a graph in onnxruntime has none: the CPU
     vectors = np.zeros((len(rows), model.config.d_model), np.float32)
-    place = {row: number for number, row in enumerate(rows.tolist())}
-    for start in range(0, len(order), batch_size):
-        chosen = order[start:start + batch_size]
-        batch = to_device(text_batch(encoded, chosen, pad_id, seq_len), device, False)
+    for chosen in inference_rows(RowsOf(encoded, rows), batch_size, progress):
+        batch = to_device(text_batch(encoded, rows[chosen], pad_id, seq_len), device, False)
         output = model(batch["input_ids"], batch["attention_mask"])
-        vectors[[place[row] for row in chosen.tolist()]] = output.float().cpu().numpy()
+        vectors[chosen] = output.float().cpu().numpy()
     return vectors
 
 
-def embed_texts(model, vocab, texts: list[str], seq_len: int, batch_size: int = 64) -> np.ndarray:
+def embed_texts(model, vocab, texts: list[str], seq_len: int, batch_size: int = 64,
+                progress: bool = False) -> np.ndarray:
     """Each text's embedding (length 1), cut and pooled as fine-tuning does."""
     encoded = encode_examples(vocab, texts, None, seq_len)
-    return embedded(model, encoded, np.arange(len(encoded)), vocab.pad_id, seq_len, batch_size)
+    return embedded(model, encoded, np.arange(len(encoded)), vocab.pad_id, seq_len, batch_size, progress)
+
+
+@dataclass
+class RowsOf:
+    """Texts `rows` of encoded examples, as inference_rows orders them."""
+    encoded: EncodedExamples
+    rows: np.ndarray
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.encoded.lengths[self.rows]
 
 
 def every_process_candidates(candidates: torch.Tensor) -> tuple[torch.Tensor, int]:

@@ -2,15 +2,18 @@
 share of it a run keeps and the check that it fills a batch, training batches in the seeded (or
 length-grouped) order, and evaluation batches that hold every example once."""
 import itertools
-from typing import Any
+import sys
+from typing import Any, Iterator
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from batching import BatchOrder, LengthGroupedBatchOrder, kept_rows
 from errors import UserError
 from hardware import to_device
 
+PROGRESS_BATCHES = 20  # an inference of at least this many batches shows a progress bar (on a terminal)
 # Each split's name in the data's files; GLUE names its own (MNLI's validation has two: ClassificationTask).
 SPLIT_NAMES = {"train": ("train",), "val": ("validation",), "test": ("test",)}
 
@@ -26,6 +29,16 @@ class EncodedSplit:
     @property
     def lengths(self) -> np.ndarray:
         return self.encoded.lengths
+
+
+def inference_rows(split: EncodedSplit, batch_size: int, progress: bool = False) -> Iterator[np.ndarray]:
+    """The split's rows in batches of neighbouring lengths, shortest first (the least padding); with
+    `progress`, a bar on the terminal's stderr for an input of PROGRESS_BATCHES batches or more."""
+    order = np.argsort(split.lengths, kind="stable")
+    starts = range(0, len(order), batch_size)
+    shown = progress and len(starts) >= PROGRESS_BATCHES and sys.stderr.isatty()
+    for start in tqdm(starts, unit="batch", disable=not shown, leave=False):
+        yield order[start:start + batch_size]
 
 
 class FineTuningTask:

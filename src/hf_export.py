@@ -33,7 +33,7 @@ SENTENCE_TRANSFORMERS_MODULES = (("", "Transformer"), ("1_Pooling", "Pooling"), 
 EXPORT_FILES = ("config.json", "model.safetensors", "README.md", "vocab.txt", "tokenizer.json",
                 "tokenizer_config.json", "special_tokens_map.json", *ADAPTERS, *MODEL_FILES, "bert_variant_layers.py",
                 "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
-EXPORT_FOLDERS = {"1_Pooling": ("config.json",), "onnx": ("model.onnx",)}
+EXPORT_FOLDERS = {"1_Pooling": ("config.json",), "onnx": ("model.onnx", "model_qint8.onnx", "quantization.json")}
 # The model card's own words, which tell an earlier export from a model downloaded with the same file names.
 CARD_MARK = "Exported by the BERT-from-scratch program's `scripts/export_hf.py`"
 # Settings transformers' BERT expresses, with BERT's value; pooling only matters to classifiers.

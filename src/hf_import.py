@@ -270,7 +270,8 @@ def read_model(directory: Path, memory_limit: float | None = None) -> tuple[dict
     settings = Config(task_type="mlm" if task == "encoder" else task, seq_len=seq_len,
                       d_model=architecture.d_model, heads=architecture.heads,
                       n_layer=architecture.n_layer, d_ff=architecture.d_ff,
-                      num_labels=architecture.num_labels, dropout=architecture.dropout,
+                      num_labels=max(2, architecture.num_labels),  # STS-B's one output is the task's own
+                      dropout=architecture.dropout,
                       norm=architecture.norm, position=architecture.position,
                       feed_forward=architecture.feed_forward, pooling=architecture.pooling,
                       sentence_objective="nsp" if architecture.sentence_classes else "none")

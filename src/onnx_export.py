@@ -8,7 +8,14 @@ The graph is checked before it is kept: onnxruntime runs it on sentences of many
 padded into one batch, longer than the traced example too (rotary tables are computed per length),
 and every output must be finite and within TOLERANCE of our model's. A graph that is not is refused
 with where it differs, and nothing is written.
+
+--quantize int8 adds onnx/model_qint8.onnx (onnxruntime's dynamic quantization: int8 weights, the
+activations' scale found per batch) and onnx/quantization.json: the size of each graph and the
+task's validation scores through each, measured on the run's own validation split.
 """
+import contextlib
+import json
+import logging
 import warnings
 from pathlib import Path
 
@@ -16,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from config import CLASSIFICATION_TASKS
 from errors import UserError
 from model import (BertForEmbedding, BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification,
                    BertForTokenClassification, ModelConfig)
@@ -24,6 +32,10 @@ TOLERANCE = 1e-4  # the largest absolute difference a float32 output may have fr
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OPSET = 17
 INSTALL = "pip install onnx onnxruntime"
+QUANTIZED_FILE = "onnx/model_qint8.onnx"
+QUANTIZATION_REPORT = "onnx/quantization.json"
+# The tasks whose validation split scores a graph through onnx_model's classes: the fine-tuned ones.
+SCORED_TASKS = (*CLASSIFICATION_TASKS, "ner", "squad", "squad_v2", "embed")
 
 # The sentences the graph is checked on: lengths from a few pieces to many, plain and odd text.
 CHECK_SENTENCES = (
@@ -175,3 +187,57 @@ def check_graph(path: Path, wrapper: Outputs, batches, shown_as: Path) -> float:
                                 f"{tuple(int(i) for i in worst)} for {where} (at most {TOLERANCE:g}): not written")
             largest = max(largest, float(difference[worst]))
     return largest
+
+
+def check_quantizable(checkpoint: dict, path: Path):
+    task = checkpoint["task"]
+    if task not in SCORED_TASKS:
+        raise UserError(f"{path}: a {task} checkpoint: --quantize scores the graphs on a fine-tuning task's "
+                        f"validation split; quantize a fine-tuned model")
+
+
+def write_quantized(checkpoint: dict, checkpoint_path: Path, graph: Path) -> dict:
+    """QUANTIZED_FILE and QUANTIZATION_REPORT beside `graph` (onnx/model.onnx); returns the report."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    quantized = graph.parent / Path(QUANTIZED_FILE).name
+    logging.disable(logging.WARNING)  # its advice to pre-process the graph first, logged every time
+    try:
+        quantize_dynamic(graph, quantized, weight_type=QuantType.QInt8)
+    finally:
+        logging.disable(logging.NOTSET)
+    scores = validation_scores(checkpoint, checkpoint_path, {"float32": graph, "int8": quantized})
+    report = {"split": "val", "metric": scores.pop("metric")} | {
+        kind: {"file": f"onnx/{path.name}", "megabytes": round(path.stat().st_size / 2 ** 20, 2),
+               "metrics": scores[kind]} for kind, path in (("float32", graph), ("int8", quantized))}
+    (graph.parent / Path(QUANTIZATION_REPORT).name).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return report
+
+
+def validation_scores(checkpoint: dict, checkpoint_path: Path, graphs: dict[str, Path]) -> dict:
+    """Each graph's metrics on the run's validation split, read as the run read it (its settings,
+    its data paths from the working directory), and the name of the task's headline metric."""
+    import checkpoints
+    from config import Config
+    from main import task_class
+    from onnx_model import onnx_class
+    settings = checkpoints.saved_settings(checkpoint) | {"teacher": "", "transfer_data": ""}  # scoring alone
+    config = Config(**settings, sources=(f"{checkpoint_path}'s settings",))
+    shape = ModelConfig(**checkpoint["model_config"])
+    try:
+        task = task_class(checkpoint["task"])(config, checkpoints.vocab_of(checkpoint), torch.device("cpu"))
+        scores = {kind: task.evaluate(onnx_class(checkpoint["task"])(path, shape), task.eval_batches("val", None),
+                                      contextlib.nullcontext()) for kind, path in graphs.items()}
+    except UserError as error:
+        raise UserError(f"--quantize scores the graphs on the run's validation split, its paths read from "
+                        f"{Path.cwd()}: {error}") from None
+    return scores | {"metric": task.best_metric}
+
+
+def quantization_line(report: dict) -> str:
+    """One line: the headline metric and the size of each graph."""
+    metric = report["metric"]
+    float32, int8 = report["float32"], report["int8"]
+    count = float32["metrics"].get("examples") or float32["metrics"].get("pairs") or float32["metrics"].get("queries")
+    counted = f" of {count:,}" if count else ""
+    return (f"validation{counted}: {metric} {float32['metrics'][metric]:.4f} float32 ({float32['megabytes']} MB), "
+            f"{int8['metrics'][metric]:.4f} int8 ({int8['megabytes']} MB, {QUANTIZED_FILE})")

@@ -19,7 +19,7 @@ import squad_data
 from batching import gather_padded, padded_width
 from config import model_config
 from distributed import every_rank
-from fine_tuning import EncodedSplit, FineTuningTask
+from fine_tuning import EncodedSplit, FineTuningTask, inference_rows
 from hardware import to_device
 from model import BertForQuestionAnswering, ModelConfig
 from squad_data import EncodedQuestions, Questions
@@ -195,7 +195,7 @@ def window_logits(batch: dict, start: torch.Tensor, end: torch.Tensor) -> dict[i
 
 @torch.no_grad()
 def answer_questions(model, vocab, questions: list[str], contexts: list[str], settings: dict,
-                     batch_size: int = 32) -> list[tuple[str, float]]:
+                     batch_size: int = 32, progress: bool = False) -> list[tuple[str, float]]:
     """The answer span and its score for each question on its context, windows and spans as
     fine-tuning made them (settings: the run's seq-len, doc-stride, max-query-length,
     max-answer-length; null-score-threshold where squad_v2, whose empty answer scores [CLS])."""
@@ -204,8 +204,8 @@ def answer_questions(model, vocab, questions: list[str], contexts: list[str], se
     split = QuestionSplit(data, squad_data.encode_questions(vocab, data, settings["seq-len"], settings["doc-stride"],
                                                             settings["max-query-length"]))
     logits = {}
-    for start in range(0, len(split), batch_size):
-        batch = split.batch(np.arange(start, min(start + batch_size, len(split))), vocab.pad_id, settings["seq-len"])
+    for rows in inference_rows(split, batch_size, progress):
+        batch = split.batch(rows, vocab.pad_id, settings["seq-len"])
         starts, ends, _ = model(*(torch.from_numpy(batch[name]) for name in ("input_ids", "attention_mask",
                                                                              "segment_ids")))
         logits |= window_logits(batch, starts, ends)

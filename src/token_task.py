@@ -15,7 +15,7 @@ from batching import gather_padded, padded_width
 from config import model_config
 from distributed import every_rank
 from entity_metrics import entity_scores
-from fine_tuning import EncodedSplit, FineTuningTask
+from fine_tuning import EncodedSplit, FineTuningTask, inference_rows
 from hardware import to_device
 from model import IGNORE_INDEX, BertForTokenClassification, ModelConfig
 from token_data import EncodedWindows, TaggedSentences
@@ -173,16 +173,16 @@ def predicted_tags(words: list[list[str]], scored: list, label_names: tuple[str,
 
 
 @torch.no_grad()
-def tag_sentences(model, vocab, words: list[list[str]], seq_len: int, batch_size: int = 64) -> list[list[str]]:
-    """The model's tag names for each sentence's words, windows and batches as fine-tuning makes them."""
+def tag_sentences(model, vocab, words: list[list[str]], seq_len: int, batch_size: int = 64,
+                  progress: bool = False) -> list[list[str]]:
+    """The model's tag names for each sentence's words, windows as fine-tuning makes them, batched by length."""
     names = model.config.label_names
     sentences = TaggedSentences(words, [[0] * len(sentence) for sentence in words], names, ())
     split = TaggedSplit(sentences, token_data.encode_sentences(vocab, sentences, seq_len))
     scored = []
-    for start in range(0, len(split), batch_size):
+    for rows in inference_rows(split, batch_size, progress):
         batch = {name: torch.from_numpy(value) if isinstance(value, np.ndarray) else value
-                 for name, value in split.batch(np.arange(start, min(start + batch_size, len(split))),
-                                                vocab.pad_id, seq_len).items()}
+                 for name, value in split.batch(rows, vocab.pad_id, seq_len).items()}
         logits, _ = model(batch["input_ids"], attention_mask=batch["attention_mask"])
         scored.append(scored_predictions(logits, batch))
     predicted = predicted_tags(words, scored, names, every=True)

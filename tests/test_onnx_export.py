@@ -1,7 +1,11 @@
 """export_hf.py --onnx: onnx/model.onnx for every head and layout, equal to our model in onnxruntime
 on texts of many lengths; a graph planted wrong (a weight changed, a NaN) is refused and nothing is
-written; without onnxruntime, one line saying what to install."""
+written; without onnxruntime, one line saying what to install. --quantize int8: the int8 graph
+beside it, both scored on the run's validation split."""
 import builtins
+import contextlib
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,17 +16,21 @@ import torch
 from onnx import numpy_helper
 
 import checkpoints
+import classify
 import export_hf
 import onnx_export
+from classification_task import ClassificationTask
+from config import Config
 from conftest import one_error_line
-from model import ModelConfig
+from model import BertForSequenceClassification, ModelConfig
 
 LAYOUTS = {
     "bert": {"norm": "postln", "position": "learned", "feed_forward": "gelu"},
     "preln-rope-geglu": {"norm": "preln", "position": "rope", "feed_forward": "geglu"},
     "rmsnorm-sinusoidal": {"norm": "rmsnorm", "position": "sinusoidal", "feed_forward": "gelu"},
 }
-HEADS = {"mlm": {}, "sst2": {"num_labels": 2}, "stsb": {"num_labels": 1}, "ner": {"num_labels": 5},
+HEADS = {"mlm": {}, "sst2": {"num_labels": 2}, "stsb": {"num_labels": 1},
+         "ner": {"num_labels": 5, "label_names": ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")},
          "squad": {}, "embed": {"pooling": "mean"}}
 
 
@@ -98,3 +106,54 @@ def test_without_onnxruntime_the_export_says_what_to_install(vocab, tmp_path, mo
     assert line == ("error: --onnx needs the onnx and onnxruntime packages (onnxruntime is missing): "
                     "pip install onnx onnxruntime")
     assert not (tmp_path / "hf").exists()
+
+
+def sst2_checkpoint_with_data(tmp_path: Path, vocab, rotten_tomatoes) -> Path:
+    """A checkpoint of fresh sst2 weights whose run's settings lead to SST-2's validation split."""
+    import make_demo
+    make_demo.write_sst2(tmp_path / "data" / "datasets", rotten_tomatoes, seed=123)
+    checkpoint = random_checkpoint(tmp_path / "model.pt", vocab, "sst2", LAYOUTS["preln-rope-geglu"])
+    state = checkpoints.load(checkpoint)
+    state["config"] = {"task-type": "sst2", "seq-len": 96, "base-dir": str(tmp_path / "data"), "batch-size": 64}
+    checkpoints.save(checkpoint, state)
+    return checkpoint
+
+
+def test_quantize_int8_scores_both_graphs_on_the_runs_validation_split(vocab, tmp_path, rotten_tomatoes, capsys):
+    checkpoint = sst2_checkpoint_with_data(tmp_path, vocab, rotten_tomatoes)
+    export_hf.main(["--cp", str(checkpoint), "-o", str(tmp_path / "hf"), "--quantize", "int8"])
+    graphs = tmp_path / "hf" / "onnx"
+    report = json.loads((graphs / "quantization.json").read_text())
+    assert report["metric"] == "accuracy" and report["split"] == "val"
+    for kind, name in (("float32", "model.onnx"), ("int8", "model_qint8.onnx")):
+        assert report[kind]["file"] == f"onnx/{name}"
+        assert report[kind]["megabytes"] == round((graphs / name).stat().st_size / 2 ** 20, 2)
+    assert report["int8"]["megabytes"] < report["float32"]["megabytes"] / 2
+    # The float32 graph scores as our model does on the same split.
+    settings = checkpoints.saved_settings(checkpoints.load(checkpoint))
+    task = ClassificationTask(Config(**settings), vocab, torch.device("cpu"))
+    model, _, _ = checkpoints.restore_model(checkpoint, {"sst2": BertForSequenceClassification})
+    ours = task.evaluate(model, task.eval_batches("val", None), contextlib.nullcontext())
+    assert report["float32"]["metrics"]["examples"] == ours["examples"] > 100
+    assert report["float32"]["metrics"]["accuracy"] == pytest.approx(ours["accuracy"], abs=1.5 / ours["examples"])
+    assert 0 <= report["int8"]["metrics"]["accuracy"] <= 1
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.startswith(f"validation of {ours['examples']:,}: accuracy ") and "int8" in line
+    # The int8 graph runs in the inference scripts as the float32 one does.
+    classify.main(["--cp", str(graphs / "model_qint8.onnx"), "a gorgeous film", "dull"])
+    assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+def test_quantize_without_a_validation_split_or_of_a_pre_training_is_one_line(vocab, tmp_path, rotten_tomatoes,
+                                                                              capsys):
+    checkpoint = sst2_checkpoint_with_data(tmp_path, vocab, rotten_tomatoes)
+    shutil.rmtree(tmp_path / "data")
+    line = one_error_line(capsys, lambda: export_hf.main(["--cp", str(checkpoint), "-o", str(tmp_path / "hf"),
+                                                          "--quantize", "int8"]))
+    assert str(tmp_path / "data" / "datasets") in line
+    mlm = random_checkpoint(tmp_path / "mlm.pt", vocab, "mlm", LAYOUTS["bert"])
+    line = one_error_line(capsys, lambda: export_hf.main(["--cp", str(mlm), "-o", str(tmp_path / "hf"),
+                                                          "--quantize", "int8"]))
+    assert line == (f"error: {mlm}: a mlm checkpoint: --quantize scores the graphs on a fine-tuning task's "
+                    f"validation split; quantize a fine-tuned model")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["mlm.pt", "model.pt"]

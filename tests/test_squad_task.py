@@ -124,11 +124,12 @@ def run_qa_answers(features, start_logits, end_logits, contexts, with_null: bool
 
 
 class FixedLogits:
-    """Stands in for a model: the given start and end logits of each window in turn, the padding
-    given high logits that must never be ranked."""
+    """Stands in for a model: the given start and end logits of each window in the order inference
+    batches them (shortest first), the padding given high logits that must never be ranked."""
 
     def __init__(self, logits: list[tuple[np.ndarray, np.ndarray]]):
-        self.pending = list(logits)
+        order = np.argsort([len(start) for start, _ in logits], kind="stable")
+        self.pending = [logits[window] for window in order]
 
     def __call__(self, input_ids, attention_mask, segment_ids):
         windows = [self.pending.pop(0) for _ in range(len(input_ids))]

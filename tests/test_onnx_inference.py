@@ -1,0 +1,101 @@
+"""The inference scripts on an export's ONNX graph (onnx_model.py): classify.py, embed.py, ner.py and
+qa.py take the exported directory, or a .onnx file in its onnx/ folder, as they take the checkpoint,
+and give its answers (scores within 1e-4, the same labels, tags and spans); inputs are batched by
+length and come back in their order; a directory without a graph, or a file that is none, is one line."""
+import numpy as np
+import pytest
+
+import classify
+import embed
+import export_hf
+import ner
+import onnx_model
+import qa
+from conftest import one_error_line
+from embed_task import embed_texts
+from squad_task import answer_questions
+from test_onnx_export import LAYOUTS, random_checkpoint
+from token_task import tag_sentences
+
+SENTENCES = ["Fine.", "A gorgeous, witty, seductive movie that never stops surprising.", "dull",
+             "The plot made no sense at all, and the acting was wooden from the first scene to the last one.",
+             "Ça coûte 5€ — très cher!"]
+CLASSIFIERS = dict.fromkeys(("sst2", "stsb"), classify.BertForSequenceClassification)
+
+
+def both(tmp_path, vocab, task: str, layout: str, kinds: dict):
+    """(our model, the graph's model, vocabulary, the directory's checkpoint fields) of a fresh export."""
+    tmp_path.mkdir(exist_ok=True)
+    checkpoint = random_checkpoint(tmp_path / "model.pt", vocab, task, LAYOUTS[layout])
+    export_hf.export(checkpoint, tmp_path / "hf", onnx=True)
+    ours, _, _ = onnx_model.restore_model(checkpoint, kinds)
+    graph, graph_vocab, fields = onnx_model.restore_model(tmp_path / "hf", kinds)
+    assert isinstance(graph, onnx_model.OnnxModel) and graph_vocab.tokens == vocab.tokens
+    return ours, graph, fields
+
+
+@pytest.mark.parametrize("layout", ["bert", "preln-rope-geglu"])
+@pytest.mark.parametrize("task", ["sst2", "stsb"])
+def test_classify_gives_the_checkpoints_answers_through_the_graph(vocab, tmp_path, task, layout):
+    ours, graph, fields = both(tmp_path, vocab, task, layout, CLASSIFIERS)
+    assert fields["task"] == task
+    expected, found = (classify.classify(model, vocab, SENTENCES, None, 96, batch_size=2) for model in (ours, graph))
+    assert [label for label, _ in found] == [label for label, _ in expected]
+    assert np.allclose([value for _, value in found], [value for _, value in expected], atol=1e-4)
+
+
+def test_answers_come_back_in_the_inputs_order_whatever_their_lengths(vocab, tmp_path):
+    ours, _, _ = both(tmp_path, vocab, "sst2", "bert", CLASSIFIERS)
+    alone = [classify.classify(ours, vocab, [text], None, 96)[0] for text in SENTENCES]
+    batched = classify.classify(ours, vocab, SENTENCES, None, 96, batch_size=2)  # batches of neighbouring lengths
+    assert [label for label, _ in batched] == [label for label, _ in alone]
+    assert np.allclose([value for _, value in batched], [value for _, value in alone], atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["bert", "rmsnorm-sinusoidal"])
+def test_embeddings_through_the_graph_equal_the_checkpoints(vocab, tmp_path, layout):
+    ours, graph, _ = both(tmp_path, vocab, "embed", layout, {"embed": embed.BertForEmbedding})
+    expected, found = (embed_texts(model, vocab, SENTENCES, 96, batch_size=2) for model in (ours, graph))
+    assert np.allclose(np.linalg.norm(found, axis=1), 1, atol=1e-5)
+    assert (found * expected).sum(1).min() > 0.9999
+
+
+def test_ner_tags_and_answer_spans_through_the_graph_equal_the_checkpoints(vocab, tmp_path):
+    ours, graph, _ = both(tmp_path / "ner", vocab, "ner", "preln-rope-geglu", {"ner": ner.BertForTokenClassification})
+    words = [ner.words_of(vocab, text) for text in SENTENCES]
+    assert tag_sentences(graph, vocab, words, 96, batch_size=2) == tag_sentences(ours, vocab, words, 96)
+    kinds = dict.fromkeys(("squad", "squad_v2"), qa.BertForQuestionAnswering)
+    ours, graph, fields = both(tmp_path / "squad", vocab, "squad", "bert", kinds)
+    settings = qa.run_settings(fields, graph.config.max_len) | {"seq-len": 48, "doc-stride": 16}
+    questions = ["What made no sense?"] * 2 + ["Who acted?"]
+    contexts = [SENTENCES[3], SENTENCES[3] * 3, SENTENCES[1]]  # the second one needs several windows
+    expected, found = (answer_questions(model, vocab, questions, contexts, settings, batch_size=2)
+                       for model in (ours, graph))
+    assert [text for text, _ in found] == [text for text, _ in expected]
+    assert np.allclose([score for _, score in found], [score for _, score in expected], atol=1e-3)
+
+
+def test_the_scripts_take_the_directory_or_a_graph_file_in_it(vocab, tmp_path, capsys):
+    checkpoint = random_checkpoint(tmp_path / "model.pt", vocab, "sst2", LAYOUTS["bert"])
+    export_hf.export(checkpoint, tmp_path / "hf", onnx=True)
+    outputs = []
+    for source in (checkpoint, tmp_path / "hf", tmp_path / "hf" / "onnx" / "model.onnx"):
+        classify.main(["--cp", str(source), *SENTENCES[:3]])
+        outputs.append([line.split("\t")[0] for line in capsys.readouterr().out.splitlines()])
+    assert outputs[0] == outputs[1] == outputs[2] and len(outputs[0]) == 3
+
+
+def test_a_directory_without_a_graph_or_a_file_that_is_none_is_one_line(vocab, tmp_path, capsys):
+    checkpoint = random_checkpoint(tmp_path / "model.pt", vocab, "sst2", LAYOUTS["bert"])
+    export_hf.export(checkpoint, tmp_path / "hf")
+    line = one_error_line(capsys, lambda: classify.main(["--cp", str(tmp_path / "hf"), "fine"]))
+    assert line == (f"error: {tmp_path / 'hf'}: a directory without onnx/model.onnx: export with --onnx, "
+                    f"or give a checkpoint")
+    (tmp_path / "hf" / "onnx").mkdir()
+    (tmp_path / "hf" / "onnx" / "model.onnx").write_bytes(b"not a graph")
+    line = one_error_line(capsys, lambda: classify.main(["--cp", str(tmp_path / "hf"), "fine"]))
+    assert line.startswith(f"error: {tmp_path / 'hf' / 'onnx' / 'model.onnx'}: not a graph onnxruntime runs (")
+    (tmp_path / "texts.txt").write_text("fine\n", encoding="utf-8")
+    line = one_error_line(capsys, lambda: embed.main(["--cp", str(tmp_path / "hf" / "onnx" / "model.onnx"),
+                                                      "-i", str(tmp_path / "texts.txt"), "--query", "x"]))
+    assert line == f"error: {tmp_path / 'hf' / 'onnx' / 'model.onnx'}: a sst2 model; expected embed"
