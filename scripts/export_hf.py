@@ -165,7 +165,7 @@ def parse_args(argv=None):
                         help="replace an earlier export in the output directory (never anything else)")
     parser.add_argument("--onnx", action="store_true",
                         help="also onnx/model.onnx, kept only if onnxruntime's outputs equal ours "
-                             f"(within {onnx_export.TOLERANCE:g}); needs: {onnx_export.INSTALL}")
+                             f"(within {onnx_export.TOLERANCE:g}, relative past 1); needs: {onnx_export.INSTALL}")
     parser.add_argument("--quantize", choices=["int8"],
                         help=f"also {onnx_export.QUANTIZED_FILE} (implies --onnx): onnxruntime's dynamic int8, "
                              f"with the size and validation scores of both graphs in "

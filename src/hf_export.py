@@ -11,6 +11,8 @@ import json
 import re
 from pathlib import Path
 
+import torch
+
 import checkpoints
 from config import CLASSIFICATION_TASKS, FINE_TUNING_TASKS
 from errors import UserError
@@ -107,10 +109,19 @@ def exported_weights(checkpoint: dict) -> dict:
         return {name: tensor.contiguous() for name, tensor in weights.items()}
     if checkpoint["task"] in ("encoder", "embed"):
         weights = {name: tensor for name, tensor in weights.items() if name.startswith(("encoder.", "pooler."))}
+    if checkpoint["task"] == "embed":
+        weights |= identity_pooler(checkpoint["model_config"]["d_model"])
     theirs = to_hf(weights)
     if checkpoint["task"] == "electra":
         return {re.sub(r"^bert\.", "electra.", name): tensor for name, tensor in theirs.items()}
     return theirs
+
+
+def identity_pooler(width: int) -> dict:
+    """BertModel's pooler as the identity (its output tanh of [CLS]'s state) for an embedding model,
+    which has none: sentence-transformers pools the tokens and never reads it, but every loader (its
+    ONNX backend too, which takes no add_pooling_layer) then finds all of BertModel's weights."""
+    return {"pooler.weight": torch.eye(width), "pooler.bias": torch.zeros(width)}
 
 
 # ----------------------------------------------------------------------------------------- config.json
@@ -177,8 +188,6 @@ def sentence_transformers_files(checkpoint: dict) -> dict[str, str]:
                "pooling_mode_mean_tokens": saved["pooling"] == "mean", "pooling_mode_max_tokens": False,
                "pooling_mode_mean_sqrt_len_tokens": False}
     settings = {"max_seq_length": saved["max_len"], "do_lower_case": False}
-    if is_native(checkpoint):  # BertModel without the pooler it would otherwise make up (and warn about)
-        settings["model_args"] = {"add_pooling_layer": False}
     as_json = lambda value: json.dumps(value, indent=2) + "\n"  # noqa: E731
     return {"modules.json": as_json(modules), "1_Pooling/config.json": as_json(pooling),
             "sentence_bert_config.json": as_json(settings),
@@ -225,7 +234,6 @@ def model_card(checkpoint: dict, checkpoint_path: Path) -> str:
     """README.md: the architecture, the training behind the weights, and how to load them."""
     saved, task, name = checkpoint["model_config"], checkpoint["task"], architecture(checkpoint)
     remote = "" if is_native(checkpoint) else ", trust_remote_code=True"
-    unpooled = ", add_pooling_layer=False" if task == "embed" and is_native(checkpoint) else ""
     auto = AUTO_NAMES.get(name, "AutoModel")
     lines = ["---", "library_name: transformers", TAGS.get(task, "tags: [bert]"), "---",
              f"# {name}", "", f"{CARD_MARK} from `{checkpoint_path.name}`.", "", "## Architecture", "",
@@ -241,8 +249,10 @@ def model_card(checkpoint: dict, checkpoint_path: Path) -> str:
         lines += ["", f"Best validation score on {task}: {checkpoint['best']:.4f}."]
     lines += ["", "## Load", "", "```python", f"from transformers import AutoTokenizer, {auto}",
               "tokenizer = AutoTokenizer.from_pretrained(DIRECTORY)",
-              f"model = {auto}.from_pretrained(DIRECTORY{remote}{unpooled})", "```", ""]
+              f"model = {auto}.from_pretrained(DIRECTORY{remote})", "```", ""]
     if task == "embed":
+        lines += ["BertModel's pooler is the identity (tanh of [CLS]'s state): the embedding model has none, and "
+                  "sentence-transformers does not use it.", ""] if is_native(checkpoint) else []
         lines += [f"Sentence embeddings ({saved['pooling']} pooling, length 1: compare them by cosine):", "",
                   "```python", "from sentence_transformers import SentenceTransformer",
                   f"model = SentenceTransformer(DIRECTORY{remote})",
