@@ -6,9 +6,11 @@ Classifiers (a GLUE task, classify) and embedding models (embed) alike.
 --cp takes what the inference scripts take: a checkpoint (PyTorch), an exported directory with
 onnx/model.onnx or a .onnx file in its onnx/ folder (onnxruntime). --hf takes an exported (or any
 transformers) directory: a classifier through `pipeline("text-classification")`, a sentence-transformers
-folder through `SentenceTransformer.encode`. Every arm labels or embeds the whole file; each is timed
-`--repeats` times after a warm-up (the median counts, min and max beside it), one after another in this
-process; the last column divides by the first arm's speed at the same batch size and threads.
+folder through `SentenceTransformer.encode`; --hf-onnx the same with the directory's onnx/model.onnx
+(optimum's ORTModel in the pipeline, sentence-transformers' ONNX backend). Every arm labels or embeds
+the whole file; each is timed `--repeats` times after a warm-up (the median counts, min and max beside
+it), one after another in this process; the last column divides by the first arm's speed at the same
+batch size and threads.
 
 Example (a classifier, its export and int8 graph, and transformers on the export):
     python scripts/export_hf.py --cp demo/runs/run1/checkpoints/best.pt -o demo/hf-sst2 --quantize int8
@@ -63,22 +65,31 @@ def our_arm(path: Path, compiled: bool) -> Arm:
     return Arm(str(path), runtime, task, megabytes, run)
 
 
-def transformers_arm(directory: Path) -> Arm:
+def transformers_arm(directory: Path, onnx: bool = False) -> Arm:
     """A transformers directory as its users run it: a sentence-transformers folder's encode, or a
-    classifier's text-classification pipeline (texts cut to the tokenizer's length)."""
+    classifier's text-classification pipeline (texts cut to the tokenizer's length); with `onnx`, its
+    onnx/model.onnx through sentence-transformers' ONNX backend or optimum's ORTModel in the pipeline
+    (both need transformers 4: optimum-onnx 0.1 pins it)."""
     if not (directory / "config.json").is_file():
         raise UserError(f"--hf {directory}: not a transformers directory (no config.json)")
-    weights = directory / "model.safetensors"
+    weights = directory / ("onnx/model.onnx" if onnx else "model.safetensors")
     megabytes = weights.stat().st_size / 2 ** 20 if weights.is_file() else float("nan")
     if (directory / "modules.json").is_file():
         from sentence_transformers import SentenceTransformer
-        encoder = SentenceTransformer(str(directory), device="cpu", trust_remote_code=True)
-        return Arm(str(directory), "sentence-transformers", "embed", megabytes,
+        encoder = SentenceTransformer(str(directory), device="cpu", trust_remote_code=True,
+                                      backend="onnx" if onnx else "torch")
+        return Arm(str(directory), "sentence-transformers" + (" onnx" if onnx else ""), "embed", megabytes,
                    lambda texts, batch_size: encoder.encode(texts, batch_size=batch_size))
     from transformers import pipeline
-    classifier = pipeline("text-classification", model=str(directory), device="cpu", trust_remote_code=True)
-    return Arm(str(directory), "transformers pipeline", classifier.model.config.finetuning_task or "classify",
-               megabytes, lambda texts, batch_size: classifier(texts, batch_size=batch_size, truncation=True))
+    model = str(directory)
+    if onnx:
+        from optimum.onnxruntime import ORTModelForSequenceClassification
+        model = ORTModelForSequenceClassification.from_pretrained(directory, trust_remote_code=True)
+    classifier = pipeline("text-classification", model=model, tokenizer=str(directory), device="cpu",
+                          trust_remote_code=True)
+    return Arm(str(directory), "optimum pipeline" if onnx else "transformers pipeline",
+               classifier.model.config.finetuning_task or "classify", megabytes,
+               lambda texts, batch_size: classifier(texts, batch_size=batch_size, truncation=True))
 
 
 def measure(arm: Arm, texts: list[str], batch_size: int, repeats: int) -> dict:
@@ -111,14 +122,17 @@ def parse_args(argv=None):
                         help="checkpoints (classifiers or embed), exported directories or .onnx files in their onnx/")
     parser.add_argument("--hf", type=Path, nargs="+", default=[],
                         help="transformers directories: a pipeline, or sentence-transformers' encode")
+    parser.add_argument("--hf-onnx", type=Path, nargs="+", default=[],
+                        help="exported directories' onnx/model.onnx through optimum's pipeline or "
+                             "sentence-transformers' ONNX backend (these need transformers 4)")
     parser.add_argument("-i", "--input", type=Path, required=True, help="a file with one sentence per line")
     parser.add_argument("--batch-size", type=int, nargs="+", default=[32])
     parser.add_argument("--threads", type=int, nargs="+", default=[torch.get_num_threads()])
     parser.add_argument("--compile", action="store_true", help="also each checkpoint under torch.compile")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    if not args.cp and not args.hf:
-        parser.error("nothing to measure: give --cp, --hf or both")
+    if not args.cp and not args.hf and not args.hf_onnx:
+        parser.error("nothing to measure: give --cp, --hf or --hf-onnx")
     if min(args.batch_size + args.threads) < 1 or args.repeats < 1:
         parser.error("--batch-size, --threads and --repeats take whole numbers above 0")
     return args
@@ -131,7 +145,8 @@ def arms(args) -> list[Arm]:
         built.append(our_arm(path, compiled=False))
         if args.compile and not (path.is_dir() or path.suffix == ".onnx"):
             built.append(our_arm(path, compiled=True))
-    return built + [transformers_arm(directory) for directory in args.hf]
+    return built + [transformers_arm(directory) for directory in args.hf] + [
+        transformers_arm(directory, onnx=True) for directory in args.hf_onnx]
 
 
 @exit_on_user_error

@@ -33,18 +33,27 @@ class OnnxModel(nn.Module):
         self.session = session(path)
         self.inputs = {each.name for each in self.session.get_inputs()}
 
-    def outputs(self, input_ids, attention_mask=None, segment_ids=None) -> list[torch.Tensor]:
-        """The graph's outputs, as float32 tensors, for our model's inputs (a bool mask, or None: every token)."""
-        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+    def outputs(self, input_ids, attention_mask=None, segment_ids=None) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The graph's outputs, as float32 tensors, for our model's inputs (a bool mask, or None: every
+        token), the columns past the last real token left out (batches are padded to a multiple of 8:
+        the graph needs no such shapes, and padding costs time); with the mask so cut."""
+        mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        width = int(mask.any(0).nonzero().max()) + 1
         segments = torch.zeros_like(input_ids) if segment_ids is None else segment_ids
         feeds = {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": segments}
-        fed = {name: value.cpu().long().numpy() for name, value in feeds.items() if name in self.inputs}
-        return [torch.from_numpy(np.asarray(each)) for each in self.session.run(None, fed)]
+        fed = {name: value[:, :width].cpu().long().numpy() for name, value in feeds.items() if name in self.inputs}
+        return [torch.from_numpy(np.asarray(each)) for each in self.session.run(None, fed)], mask[:, :width]
+
+
+def widened(values: torch.Tensor, width: int) -> torch.Tensor:
+    """Values per token ([batch, tokens] or [batch, tokens, classes]) padded with zeros to `width` tokens."""
+    extra = width - values.shape[1]
+    return F.pad(values, (0, extra) if values.dim() == 2 else (0, 0, 0, extra))
 
 
 class OnnxSequenceClassification(OnnxModel):
     def forward(self, input_ids, labels=None, attention_mask=None, segment_ids=None):
-        (logits,) = self.outputs(input_ids, attention_mask, segment_ids)
+        (logits,), _ = self.outputs(input_ids, attention_mask, segment_ids)
         if labels is None:
             return logits, None
         if self.config.num_labels == 1:
@@ -54,7 +63,8 @@ class OnnxSequenceClassification(OnnxModel):
 
 class OnnxTokenClassification(OnnxModel):
     def forward(self, input_ids, labels=None, attention_mask=None, segment_ids=None):
-        (logits,) = self.outputs(input_ids, attention_mask, segment_ids)
+        (logits,), _ = self.outputs(input_ids, attention_mask, segment_ids)
+        logits = widened(logits, input_ids.shape[1])
         if labels is None:
             return logits, None
         return logits, F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
@@ -62,7 +72,8 @@ class OnnxTokenClassification(OnnxModel):
 
 class OnnxQuestionAnswering(OnnxModel):
     def forward(self, input_ids, attention_mask=None, segment_ids=None, start_positions=None, end_positions=None):
-        start, end = self.outputs(input_ids, attention_mask, segment_ids)
+        outputs, _ = self.outputs(input_ids, attention_mask, segment_ids)
+        start, end = (widened(each, input_ids.shape[1]) for each in outputs)
         if start_positions is None:
             return start, end, None
         return start, end, (F.cross_entropy(start, start_positions) + F.cross_entropy(end, end_positions)) / 2
@@ -70,8 +81,7 @@ class OnnxQuestionAnswering(OnnxModel):
 
 class OnnxEmbedding(OnnxModel):
     def forward(self, input_ids, attention_mask=None, segment_ids=None):
-        (hidden,) = self.outputs(input_ids, attention_mask, segment_ids)
-        mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask
+        (hidden,), mask = self.outputs(input_ids, attention_mask, segment_ids)
         return F.normalize(pool(hidden, mask, self.config.pooling), dim=-1)
 
 
