@@ -4,51 +4,24 @@ predicting the next token; loss and accuracy over every real next token."""
 import torch
 
 from config import model_config
-from hardware import to_device
-from lm_data import DATA_KEYS, LanguageModelData
+from lm_data import DATA_KEYS, CorpusTask, LanguageModelData
 from mlm_task import token_statistics
 from model import IGNORE_INDEX, BertForCausalLM, ModelConfig
-from task import evaluate_by_sums
 
 
-class CausalLMTask:
+class CausalLMTask(CorpusTask):
     name = "clm"
-    best_metric = "loss"
-    lower_is_better = True
     measuring_keys = DATA_KEYS  # nothing is masked: the masking keys cannot change what it measures
     predictions_per_token = 1.0  # the head scores every position
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
-        self.config = config
-        self.vocab = vocab
-        self.device = device
-        self.data = LanguageModelData(config, vocab, rank, world_size)
-        self.data_source = self.data.source
+        super().__init__(config, vocab, device, LanguageModelData(config, vocab, rank, world_size))
 
     def model_config(self, max_len: int | None = None) -> ModelConfig:
         return model_config(self.config, self.vocab, max_len, causal=True)
 
     def build_model(self, max_len: int | None = None) -> BertForCausalLM:
         return BertForCausalLM(self.model_config(max_len))
-
-    def check_data(self, splits: tuple[str, ...]):
-        self.data.check(splits)
-
-    def train_examples(self) -> int:
-        return self.data.train_examples()
-
-    def take_checkpoint_labels(self, names: tuple[str, ...], kept: bool):
-        pass  # a language model's outputs are the vocabulary's tokens
-
-    def submission(self, model, split: str, autocast) -> None:
-        return None  # every split has its labels: the next tokens
-
-    def train_batches(self, position: dict | None):
-        return self.data.train_batches(position)
-
-    def eval_batches(self, split: str, count: int | None):
-        for batch in self.data.fixed_batches(split, count):
-            yield to_device(batch, self.device, non_blocking=False)
 
     def next_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Labels: the token after each position; IGNORE_INDEX after the last and before padding."""
@@ -64,9 +37,6 @@ class CausalLMTask:
     def metrics(self, loss: float, statistics: torch.Tensor) -> dict:
         count, hits = statistics.tolist()
         return {"loss": loss, "accuracy": hits / count}
-
-    def evaluate(self, model, batches, autocast) -> dict:
-        return evaluate_by_sums(self, model, batches, autocast)
 
     @torch.no_grad()
     def show_predictions(self, model, autocast) -> str:

@@ -13,10 +13,8 @@ from torch import nn
 
 from config import model_config
 from errors import UserError
-from hardware import to_device
-from lm_data import DATA_KEYS, LanguageModelData
+from lm_data import DATA_KEYS, CorpusTask, LanguageModelData
 from model import Encoder, ModelConfig, init_weights
-from task import evaluate_by_sums
 from teacher import frozen, read_teacher
 
 RELATIONS = ("query", "key", "value")  # SelfAttention.projections' order
@@ -93,19 +91,14 @@ def check_relation_heads(relation_heads: int, teacher: ModelConfig, student: Mod
             raise UserError(f"relation-heads = {relation_heads} does not divide the {side} ({width})")
 
 
-class DistillationTask:
+class DistillationTask(CorpusTask):
     name = "distill"
-    best_metric = "loss"
-    lower_is_better = True
     predictions_per_token = 0.0  # no output head: the loss reads the last layer's projections
     measuring_keys = (*DATA_KEYS, *TEACHER_KEYS)
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
-        self.config = config
-        self.vocab = vocab
-        self.device = device
-        self.data = LanguageModelData(config, vocab, rank, world_size)  # no masking rule: the unmasked ids
-        self.data_source = self.data.source
+        # no masking rule: the unmasked ids
+        super().__init__(config, vocab, device, LanguageModelData(config, vocab, rank, world_size))
         self.teacher = load_teacher(Path(config.teacher), vocab, config.seq_len, device)
         self.teacher_layer = (config.teacher_layer or self.teacher.config.n_layer) - 1
         if self.teacher_layer >= self.teacher.config.n_layer:
@@ -119,25 +112,6 @@ class DistillationTask:
 
     def build_model(self, max_len: int | None = None) -> RelationEncoder:
         return RelationEncoder(self.model_config(max_len))
-
-    def check_data(self, splits: tuple[str, ...]):
-        self.data.check(splits)
-
-    def train_examples(self) -> int:
-        return self.data.train_examples()
-
-    def take_checkpoint_labels(self, names: tuple[str, ...], kept: bool):
-        pass  # the outputs are relations, not labels
-
-    def submission(self, model, split: str, autocast) -> None:
-        return None  # every split's targets are the teacher's
-
-    def train_batches(self, position: dict | None):
-        return self.data.train_batches(position)
-
-    def eval_batches(self, split: str, count: int | None):
-        for batch in self.data.fixed_batches(split, count):
-            yield to_device(batch, self.device, non_blocking=False)
 
     def loss(self, model, batch: dict, generator: torch.Generator | None = None, mask_rate: float | None = None):
         """The q-q, k-k and v-v KLs summed, and [real query positions, each KL times them]; no host sync."""
@@ -153,9 +127,6 @@ class DistillationTask:
     def metrics(self, loss: float, statistics: torch.Tensor) -> dict:
         count, *sums = statistics.tolist()
         return {"loss": loss} | {f"{name}_kl": total / count for name, total in zip(RELATIONS, sums)}
-
-    def evaluate(self, model, batches, autocast) -> dict:
-        return evaluate_by_sums(self, model, batches, autocast)
 
     @torch.no_grad()
     def show_predictions(self, model, autocast) -> str:

@@ -4,28 +4,22 @@ import torch
 import torch.nn.functional as F
 
 from config import model_config
-from lm_data import DATA_KEYS, LanguageModelData
+from lm_data import DATA_KEYS, CorpusTask, LanguageModelData
 from mlm_task import MASKING_KEYS, Masker, first_sample, masked_share
 from model import IGNORE_INDEX, ElectraForPreTraining, ModelConfig, token_hits, token_loss
-from task import evaluate_by_sums
 
 
-class ElectraTask:
+class ElectraTask(CorpusTask):
     """The loss is the generator's MLM loss plus detection-weight times the detector's binary
     cross-entropy over every real token. Validation reports both, the generator's masked-token
     accuracy and the detection accuracy."""
     name = "electra"
-    best_metric = "loss"
-    lower_is_better = True
     measuring_keys = (*DATA_KEYS, *MASKING_KEYS)
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
-        self.config = config
-        self.vocab = vocab
-        self.device = device
+        # masking = static is for mlm alone: the data is the unmasked ids
+        super().__init__(config, vocab, device, LanguageModelData(config, vocab, rank, world_size))
         self.masker = Masker(config, vocab, device)
-        self.data = LanguageModelData(config, vocab, rank, world_size)  # masking = static is for mlm alone
-        self.data_source = self.data.source
         self.evaluation_sampling = torch.Generator(device=device)
         self.predictions_per_token = masked_share(config)  # the generator's head scores the masked positions
 
@@ -36,21 +30,6 @@ class ElectraTask:
 
     def build_model(self, max_len: int | None = None) -> ElectraForPreTraining:
         return ElectraForPreTraining(self.model_config(max_len))
-
-    def check_data(self, splits: tuple[str, ...]):
-        self.data.check(splits)
-
-    def train_examples(self) -> int:
-        return self.data.train_examples()
-
-    def take_checkpoint_labels(self, names: tuple[str, ...], kept: bool):
-        pass  # a language model's outputs are the vocabulary's tokens
-
-    def submission(self, model, split: str, autocast) -> None:
-        return None  # every split has its labels: the replaced tokens
-
-    def train_batches(self, position: dict | None):
-        return self.data.train_batches(position)
 
     def eval_batches(self, split: str, count: int | None):
         """Fixed batches with the same masks and the same generator samples at every evaluation."""
@@ -85,9 +64,6 @@ class ElectraTask:
         return {"loss": loss, "accuracy": generator_hits / masked, "generator_loss": generator_loss / masked,
                 "detection_loss": detection_loss / real, "detection_accuracy": detector_hits / real,
                 "replaced": replaced / real}
-
-    def evaluate(self, model, batches, autocast) -> dict:
-        return evaluate_by_sums(self, model, batches, autocast)
 
     @torch.no_grad()
     def show_predictions(self, model, autocast) -> str:

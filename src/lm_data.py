@@ -1,6 +1,7 @@
-"""The data of the language-modelling tasks (MLM, causal LM, ELECTRA): each split's shards, an epoch
-one pass over a numbered set in a seeded order (shard_stream.py; the earlier layout's files and
-static copies one an epoch, in turn), batches as dicts of numpy arrays padded to seq-len.
+"""The data of the tasks trained on the prepared shards (MLM, causal LM, ELECTRA, distillation): each
+split's shards, an epoch one pass over a numbered set in a seeded order (shard_stream.py; the earlier
+layout's files and static copies one an epoch, in turn), batches as dicts of numpy arrays padded to
+seq-len; and CorpusTask, what those tasks share.
 
 With masking = static the shards bring their stored masks; with masking = dynamic the task masks
 each batch on the device. Shards of sentence pairs add segment ids and pair labels.
@@ -15,11 +16,13 @@ import numpy as np
 from batching import BatchOrder, gather_padded
 from config import ini_text
 from errors import UserError
+from hardware import to_device
 from masking import MaskingRule, predictions_per_sequence
 from model import IGNORE_INDEX
 from shard_stream import (EpochPlan, ShardFile, ShardLoader, as_array, epoch_sets, positions_between, rank_positions,
                           scan)
 from shards import Shard, find_shards, from_arrays, join_shards, read_shard, select_rows
+from task import evaluate_by_sums
 
 # The Config fields that decide which samples a run sees: a resumed run keeps them.
 DATA_KEYS = ("seq_len", "dataset_pattern", "val_dataset_pattern", "dataset_percentage", "val_dataset_percentage")
@@ -330,3 +333,41 @@ class LanguageModelData:
 
     def fixed_batches(self, split: str, count: int | None) -> Iterator[dict]:
         return self.split(split).fixed_batches(count)
+
+
+class CorpusTask:
+    """What the tasks trained on the prepared shards share (task.Task's data side): their data, a
+    loss to lower, and every split's targets in the data itself (tokens, or the teacher's), so no
+    labels to keep from a checkpoint and nothing to submit."""
+    best_metric = "loss"
+    lower_is_better = True
+
+    def __init__(self, config, vocab, device, data: LanguageModelData):
+        self.config = config
+        self.vocab = vocab
+        self.device = device
+        self.data = data
+        self.data_source = data.source
+
+    def check_data(self, splits: tuple[str, ...]):
+        self.data.check(splits)
+
+    def train_examples(self) -> int:
+        return self.data.train_examples()
+
+    def take_checkpoint_labels(self, names: tuple[str, ...], kept: bool):
+        pass  # the targets are in the data: no label names
+
+    def submission(self, model, split: str, autocast) -> None:
+        return None  # every split has its targets
+
+    def train_batches(self, position: dict | None):
+        return self.data.train_batches(position)
+
+    def evaluate(self, model, batches, autocast) -> dict:
+        return evaluate_by_sums(self, model, batches, autocast)
+
+    def eval_batches(self, split: str, count: int | None):
+        """The split's fixed batches on the device (a task that masks makes its own)."""
+        for batch in self.data.fixed_batches(split, count):
+            yield to_device(batch, self.device, non_blocking=False)

@@ -10,11 +10,10 @@ import torch
 
 from config import model_config
 from hardware import to_device
-from lm_data import DATA_KEYS, LanguageModelData
+from lm_data import DATA_KEYS, CorpusTask, LanguageModelData
 from masking import MaskingRule, mask_tokens, predictions_per_sequence
 from model import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining, ModelConfig, token_hits
 from run_plan import parse_mask_rate
-from task import evaluate_by_sums
 
 PAIR_LABEL_NAMES = {"nsp": ("next", "random"), "sop": ("in order", "swapped")}
 # The Config fields that decide how tokens are masked: a resumed run keeps them.
@@ -68,22 +67,16 @@ def first_sample(batches) -> dict:
     return {name: value[:1] if value is not None else None for name, value in next(batches).items()}
 
 
-class MaskedLMTask:
+class MaskedLMTask(CorpusTask):
     name = "mlm"
-    best_metric = "loss"
-    lower_is_better = True
     measuring_keys = (*DATA_KEYS, *MASKING_KEYS)
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
-        self.config = config
-        self.vocab = vocab
-        self.device = device
         self.objective = config.sentence_objective
         self.masker = Masker(config, vocab, device)
-        self.data = LanguageModelData(config, vocab, rank, world_size,
-                                      static_rule=self.masker.rule if config.masking == "static" else None,
-                                      pairs=None if self.objective == "none" else self.objective)
-        self.data_source = self.data.source
+        super().__init__(config, vocab, device, LanguageModelData(
+            config, vocab, rank, world_size, static_rule=self.masker.rule if config.masking == "static" else None,
+            pairs=None if self.objective == "none" else self.objective))
         self.predictions_per_token = masked_share(config)
         if self.objective != "none":
             self.data.check(("train",))  # fail early on shards without the sentence pairs
@@ -95,21 +88,6 @@ class MaskedLMTask:
     def build_model(self, max_len: int | None = None) -> BertForMaskedLM:
         model = BertForMaskedLM if self.objective == "none" else BertForPreTraining
         return model(self.model_config(max_len))
-
-    def check_data(self, splits: tuple[str, ...]):
-        self.data.check(splits)
-
-    def train_examples(self) -> int:
-        return self.data.train_examples()
-
-    def take_checkpoint_labels(self, names: tuple[str, ...], kept: bool):
-        pass  # a language model's outputs are the vocabulary's tokens
-
-    def submission(self, model, split: str, autocast) -> None:
-        return None  # every MLM split has its labels: the masked tokens
-
-    def train_batches(self, position: dict | None):
-        return self.data.train_batches(position)
 
     def eval_batches(self, split: str, count: int | None):
         return self.masker.eval_batches(self.data, split, count, self.config.seed, self.device)
@@ -140,9 +118,6 @@ class MaskedLMTask:
         if pairs:
             metrics["sentence_accuracy"] = pairs[1] / pairs[0]
         return metrics
-
-    def evaluate(self, model, batches, autocast) -> dict:
-        return evaluate_by_sums(self, model, batches, autocast)
 
     @torch.no_grad()
     def show_predictions(self, model, autocast) -> str:
