@@ -11,6 +11,11 @@ POSITIONS = ("learned", "rope", "sinusoidal")
 FEED_FORWARDS = ("gelu", "geglu")
 ROPE_THETA = 10_000.0  # RoPE's base as published (Su et al. 2021)
 POOLINGS = ("cls", "mean")
+# The fields that fix the network but for what a head's data decides (label names and counts, the pad
+# id): a non-BERT export's config.json carries them under these names, and its import reads them back.
+NETWORK_FIELDS = ("vocab_size", "max_len", "d_model", "heads", "n_layer", "d_ff", "dropout", "segments",
+                  "layer_norm_eps", "norm", "position", "rope_theta", "feed_forward", "causal", "sentence_classes",
+                  "pooling")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from config import CLASSIFICATION_TASKS, FINE_TUNING_TASKS
 from errors import UserError
 from glue_tasks import label_names
 from hf_weights import to_hf
+from architecture import NETWORK_FIELDS
 from model import INIT_STD
 from vocab import SPECIAL_TOKEN_NAMES, Vocab, tokenizer_config
 
@@ -40,10 +41,6 @@ EXPORT_FOLDERS = {"1_Pooling": ("config.json",), "onnx": ("model.onnx", "model_q
 CARD_MARK = "Exported by the BERT-from-scratch program's `scripts/export_hf.py`"
 # Settings transformers' BERT expresses, with BERT's value; pooling only matters to classifiers.
 BERT_ARCHITECTURE = {"norm": "postln", "position": "learned", "feed_forward": "gelu"}
-# The ModelConfig fields a non-BERT export's config.json carries under their own names (import reads them back).
-VARIANT_FIELDS = ("vocab_size", "max_len", "d_model", "heads", "n_layer", "d_ff", "dropout", "segments",
-                  "layer_norm_eps", "norm", "position", "rope_theta", "feed_forward", "causal", "sentence_classes",
-                  "pooling")
 # Weights a transformers directory never holds: ELECTRA's generator, which fine-tuning drops.
 GENERATOR = ("generator.", "generator_input.", "generator_head.")
 
@@ -167,7 +164,7 @@ def variant_config(checkpoint: dict) -> dict:
         auto_map[AUTO_CLASSES[name]] = f"modeling_bert_variant.{name}"
     return {"model_type": "bert-variant", "auto_map": auto_map, "pad_token_id": saved["pad_id"],
             "initializer_range": INIT_STD, "replaced_token_detection": checkpoint["task"] == "electra",
-            **{field: saved[field] for field in VARIANT_FIELDS if field in saved}}
+            **{field: saved[field] for field in NETWORK_FIELDS if field in saved}}
 
 
 # ----------------------------------------------------------------------------------------- code files

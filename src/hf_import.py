@@ -10,11 +10,11 @@ import torch
 from safetensors.torch import load_file
 
 import checkpoints
+from architecture import NETWORK_FIELDS
 from atomic import check_output_file
 from config import CLASSIFICATION_TASKS, RULES, Config
 from errors import UserError
 from hardware import check_fits_memory
-from hf_export import VARIANT_FIELDS
 from hf_weights import from_hf
 from model import (BertForCausalLM, BertForEmbedding, BertForMaskedLM, BertForPreTraining, BertForQuestionAnswering,
                    BertForSequenceClassification, BertForTokenClassification, ModelConfig, estimated_parameters)
@@ -116,7 +116,7 @@ def architecture_of(path: Path, config: dict, vocab: Vocab, task: str, weights: 
     common = {"pad_id": vocab.pad_id, "causal": task == "clm", "num_labels": len(config.get("id2label", {})) or 2,
               "label_names": label_names(config) if task == "ner" else ()}
     if config["model_type"] == "bert-variant":
-        settings = {name: config[name] for name in VARIANT_FIELDS if name in config}
+        settings = {name: config[name] for name in NETWORK_FIELDS if name in config}
     else:
         settings = {"dropout": config.get("hidden_dropout_prob", 0.1),
                     "layer_norm_eps": config.get("layer_norm_eps", 1e-12),

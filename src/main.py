@@ -14,7 +14,6 @@ if __name__ == "__main__":  # before the seconds of importing torch: Ctrl-C then
 
 import argparse
 import dataclasses
-import importlib
 import sys
 from pathlib import Path
 
@@ -22,23 +21,16 @@ import torch
 
 import checkpoints
 import distributed
-from config import CLASSIFICATION_TASKS, QUESTION_ANSWERING_TASKS, Config, key_reference
+from config import Config, key_reference
 from errors import UserError, exit_on_user_error
 from hardware import select_device
 from ini import load_config
 from optimizer import with_run_length
 from run_start import decay_branch, resumed_decay
 from stop_request import StopRequest
+from task import task_class
 from trainer import Trainer
 from vocab import load_vocab
-
-# Each task-type (config.TASK_TYPES) to the module and class of its task, imported when a config
-# names it: a run reads only its own task. The trainer knows a task only through task.Task.
-TASKS = {"mlm": ("mlm_task", "MaskedLMTask"), "clm": ("clm_task", "CausalLMTask"),
-         "electra": ("electra_task", "ElectraTask"), "distill": ("distill_task", "DistillationTask")} | dict.fromkeys(
-    CLASSIFICATION_TASKS, ("classification_task", "ClassificationTask")) | {
-    "ner": ("token_task", "TokenClassificationTask")} | dict.fromkeys(
-    QUESTION_ANSWERING_TASKS, ("squad_task", "QuestionAnsweringTask")) | {"embed": ("embed_task", "EmbeddingTask")}
 
 
 def parse_args(argv):
@@ -67,12 +59,6 @@ def parse_args(argv):
 def make_task(config: Config, rank: int = 0, world_size: int = 1):
     return task_class(config.task_type)(config, load_vocab(config.vocab_path), select_device(config.device), rank,
                                         world_size)
-
-
-def task_class(task_type: str) -> type:
-    """The class of a task-type's task, its module imported now."""
-    module, name = TASKS[task_type]
-    return getattr(importlib.import_module(module), name)
 
 
 def run(config: Config, checkpoint: Path | None, test: bool, rank: int = 0, world_size: int = 1, *,

@@ -223,7 +223,7 @@ def validation_scores(checkpoint: dict, checkpoint_path: Path, graphs: dict[str,
     its data paths from the working directory), and the name of the task's headline metric."""
     import checkpoints
     from config import Config
-    from main import task_class
+    from task import task_class
     from onnx_model import onnx_class
     settings = checkpoints.saved_settings(checkpoint) | {"teacher": "", "transfer_data": ""}  # scoring alone
     config = Config(**settings, sources=(f"{checkpoint_path}'s settings",))
