@@ -109,7 +109,10 @@ def session(path: Path):
 
 
 def graph_and_directory(path: Path) -> tuple[Path, Path]:
-    """(the .onnx file, the exported directory) that `path` names: the directory or a file in its onnx/."""
+    """(the .onnx file, the exported directory) that `path` names: the directory, its onnx/ folder or a
+    file in that folder."""
+    if path.is_dir() and path.name == GRAPH.parent.name and (path / GRAPH.name).is_file():
+        return path / GRAPH.name, path.parent
     if path.is_dir():
         graph = path / GRAPH
         if not graph.is_file():

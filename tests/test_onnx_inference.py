@@ -75,14 +75,14 @@ def test_ner_tags_and_answer_spans_through_the_graph_equal_the_checkpoints(vocab
     assert np.allclose([score for _, score in found], [score for _, score in expected], atol=1e-3)
 
 
-def test_the_scripts_take_the_directory_or_a_graph_file_in_it(vocab, tmp_path, capsys):
+def test_the_scripts_take_the_directory_its_onnx_folder_or_a_graph_file_in_it(vocab, tmp_path, capsys):
     checkpoint = random_checkpoint(tmp_path / "model.pt", vocab, "sst2", LAYOUTS["bert"])
     export_hf.export(checkpoint, tmp_path / "hf", onnx=True)
     outputs = []
-    for source in (checkpoint, tmp_path / "hf", tmp_path / "hf" / "onnx" / "model.onnx"):
+    for source in (checkpoint, tmp_path / "hf", tmp_path / "hf" / "onnx", tmp_path / "hf" / "onnx" / "model.onnx"):
         classify.main(["--cp", str(source), *SENTENCES[:3]])
         outputs.append([line.split("\t")[0] for line in capsys.readouterr().out.splitlines()])
-    assert outputs[0] == outputs[1] == outputs[2] and len(outputs[0]) == 3
+    assert outputs[0] == outputs[1] == outputs[2] == outputs[3] and len(outputs[0]) == 3
 
 
 def test_a_directory_without_a_graph_or_a_file_that_is_none_is_one_line(vocab, tmp_path, capsys):
