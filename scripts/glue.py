@@ -55,8 +55,8 @@ from errors import UserError, exit_on_user_error  # noqa: E402
 from config import INI_KEYS, Config, ini_text, known_name, typed_value  # noqa: E402
 from ini import load_config, parse_overrides  # noqa: E402
 from main import make_task  # noqa: E402
+from run_plan import with_run_length  # noqa: E402
 from task import task_class  # noqa: E402
-from optimizer import with_run_length  # noqa: E402
 from run_log import UNDEFINED, lock_directory, lock_run_dir, metric_text  # noqa: E402
 from trainer import Trainer, finished_marker, improves  # noqa: E402
 from vocab import write_vocab_directory  # noqa: E402

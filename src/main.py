@@ -25,7 +25,7 @@ from config import Config, key_reference
 from errors import UserError, exit_on_user_error
 from hardware import select_device
 from ini import load_config
-from optimizer import with_run_length
+from run_plan import with_run_length
 from run_start import decay_branch, resumed_decay
 from stop_request import StopRequest
 from task import task_class

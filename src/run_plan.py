@@ -1,6 +1,12 @@
-"""The small grammars of the keys that plan a run's course: time-budget, lr-scheduler, mask-rate,
-seq-len-curriculum and stop-at, each read from its text into a value (config.py checks each key with
-the same function that the trainer and optimizer read it with)."""
+"""The run's course: the small grammars of the keys that plan it (time-budget, lr-scheduler,
+mask-rate, seq-len-curriculum, stop-at), each read from its text into a value (config.py checks each
+key with the same function that the course reads it with); and the course itself, the learning rate,
+the mask rate, the batch ramp, the length curriculum and the run's length, each a pure function of the
+step, the share of the time budget spent and the run's Config (`config` below: this room imports
+nothing of the project, config.py imports it).
+"""
+import dataclasses
+import math
 import re
 from typing import Any, Callable, NamedTuple
 
@@ -144,3 +150,131 @@ def parse_curriculum(text: str) -> Curriculum | None:
     if curriculum is None or curriculum.length < 2 or not 0 < curriculum.share <= 1:
         raise ValueError(f"not a curriculum: {text!r}")
     return curriculum
+
+
+# ----------------------------------------------------------------------------- the course
+
+def learning_rate(step: int, budget_share: float, config, resumed_at: int | None = None) -> float:
+    """The rate for `step`: lr-scheduler's shape over the run (the share of the time budget spent,
+    0..1, when the config has a budget, else the step); after a resume at step `resumed_at`, ramped
+    back up over resume-warmup-iters steps."""
+    schedule = parse_scheduler(config.lr_scheduler)
+    if schedule.name == "one-cycle":
+        rate = one_cycle(run_progress(step, budget_share, config), schedule.peak, config)
+    elif schedule.name == "wsd":
+        rate = warmup(step, config) * warmup_stable_decay(run_progress(step, budget_share, config), schedule, config)
+    elif schedule.name in ("cosine", "linear"):
+        decay = cosine_decay if schedule.name == "cosine" else linear_decay
+        rate = warmup(step, config) * decay(decay_progress(step, budget_share, config), config)
+    else:
+        rate = warmup(step, config) * config.learning_rate
+        if schedule.name == "steplr":
+            rate *= schedule.gamma ** (max(0, step - config.warmup_iters) // schedule.step)
+    if resumed_at is not None and config.resume_warmup_iters:
+        rate *= min(1.0, (step - resumed_at + 1) / (config.resume_warmup_iters + 1))
+    return rate
+
+
+def warmup(step: int, config) -> float:
+    """The share of the rate during warmup-iters: a linear ramp, then 1."""
+    return min(1.0, (step + 1) / (config.warmup_iters + 1))
+
+
+def decay_progress(step: int, budget_share: float, config) -> float:
+    """How far the decay has gone, 0..1: the share of the time budget spent, so that the floor comes
+    exactly when time runs out (Cramming's budget schedules); without a budget, the share of the
+    steps from warmup-iters to lr-decay-iters."""
+    if config.budget_seconds:
+        return min(max(budget_share, 0.0), 1.0)
+    steps = max(1, config.lr_decay_iters - config.warmup_iters)
+    return min(max((step - config.warmup_iters) / steps, 0.0), 1.0)
+
+
+def run_progress(step: int, budget_share: float, config) -> float:
+    """The share of the run done, 0..1: of the time budget, else of lr-decay-iters steps."""
+    done = budget_share if config.budget_seconds else step / max(1, config.lr_decay_iters)
+    return min(max(done, 0.0), 1.0)
+
+
+def cosine_decay(progress: float, config) -> float:
+    """learning-rate at progress 0 down to min-learning-rate at 1 along a half cosine."""
+    return config.min_learning_rate + 0.5 * (1 + math.cos(math.pi * progress)) * (
+        config.learning_rate - config.min_learning_rate)
+
+
+def linear_decay(progress: float, config) -> float:
+    """learning-rate at progress 0 down to min-learning-rate at 1 along a straight line."""
+    return config.learning_rate - progress * (config.learning_rate - config.min_learning_rate)
+
+
+def warmup_stable_decay(progress: float, schedule: Schedule, config) -> float:
+    """learning-rate until the last `decay` share of the run, then down to min-learning-rate at its
+    end along 1 - sqrt (Hägele et al. 2024, as ModernBERT and Ettin decay) or a straight line. Any
+    checkpoint of the stable phase can be decayed into a finished model, or trained on for longer."""
+    into = (progress - (1 - schedule.decay)) / schedule.decay
+    if into <= 0:
+        return config.learning_rate
+    left = 1 - (math.sqrt(into) if schedule.shape == "sqrt" else into)
+    return config.min_learning_rate + left * (config.learning_rate - config.min_learning_rate)
+
+
+def in_stable_phase(step: int, budget_share: float, config) -> bool:
+    """Whether the rate at `step` is wsd's constant one, the decay not begun."""
+    schedule = parse_scheduler(config.lr_scheduler)
+    return schedule.name == "wsd" and run_progress(step, budget_share, config) < 1 - schedule.decay
+
+
+def one_cycle(progress: float, peak: float, config) -> float:
+    """The triangle of Cramming's budget schedule: a straight line from min-learning-rate up to
+    learning-rate at `peak` (a share of the run), then straight down to min-learning-rate at the end."""
+    low, high = config.min_learning_rate, config.learning_rate
+    if progress < peak:
+        return low + (high - low) * progress / peak
+    return high - (high - low) * (progress - peak) / (1 - peak)
+
+
+def mask_rate(step: int, budget_share: float, config) -> float:
+    """The share of the tokens masked at `step`: mask-rate's START falling to END along a straight
+    line over the run, or stepping down at its AT (a share of the run, or where wsd's decay begins);
+    a higher rate early teaches more per step, a lower one late matches what the model is used on
+    (Ettin and mmBERT mask 30% then less in the decay)."""
+    rate = parse_mask_rate(config.mask_rate)
+    progress = run_progress(step, budget_share, config)
+    if rate.at is None:
+        return rate.start + progress * (rate.end - rate.start)
+    switch = 1 - parse_scheduler(config.lr_scheduler).decay if rate.at == "decay" else rate.at
+    return rate.start if progress < switch else rate.end
+
+
+def micro_batches(step: int, budget_share: float, config) -> int:
+    """Micro-batches in the step: grad-accum-steps; under batch-ramp a staircase from one up to
+    grad-accum-steps, reached at that share of the run (Cramming ramps the batch so; an early step
+    on a small batch teaches as much as a late one on a large batch)."""
+    if not config.batch_ramp:
+        return config.grad_accum_steps
+    share = run_progress(step, budget_share, config) / config.batch_ramp
+    return min(config.grad_accum_steps, 1 + math.floor((config.grad_accum_steps - 1) * share))
+
+
+def sequence_length(step: int, budget_share: float, config) -> int:
+    """The row length of the step: seq-len-curriculum's LENGTH for its SHARE of the run, else seq-len
+    (short rows first: a small model learns local context sooner, as BabyLM's entries found)."""
+    curriculum = parse_curriculum(config.seq_len_curriculum)
+    if curriculum and run_progress(step, budget_share, config) < curriculum.share:
+        return curriculum.length
+    return config.seq_len
+
+
+def with_run_length(config, train_examples: int, world_size: int):
+    """epochs and warmup-ratio as steps: max-iters and lr-decay-iters the steps of `epochs` passes over
+    the training examples at the global batch (a last short batch counts), warmup-iters the
+    warmup-ratio share of them. A config with neither is returned as it is."""
+    steps = config.max_iters
+    if config.epochs:
+        per_step = config.batch_size * config.grad_accum_steps * world_size
+        steps = max(1, math.ceil(config.epochs * train_examples / per_step))
+        config = dataclasses.replace(config, max_iters=steps, lr_decay_iters=steps,
+                                     warmup_iters=min(config.warmup_iters, steps))
+    if config.warmup_ratio:
+        config = dataclasses.replace(config, warmup_iters=round(config.warmup_ratio * steps))
+    return config

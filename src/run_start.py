@@ -16,9 +16,9 @@ from config import INI_KEYS, Config, ini_text
 from errors import UserError
 from hardware import check_fits_memory
 from model import ModelConfig, count_parameters, estimated_parameters
-from optimizer import in_stable_phase, make_optimizer, run_progress
+from optimizer import make_optimizer
 from run_log import RunLog, create_run_dir, write_run_config
-from run_plan import parse_scheduler
+from run_plan import in_stable_phase, parse_scheduler, run_progress
 from task import Task
 from throughput import Throughput
 

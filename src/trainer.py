@@ -23,10 +23,10 @@ import distributed
 import hardware
 from atomic import atomic_write
 from config import Config
-from run_plan import parse_mask_rate, parse_target
+from run_plan import (in_stable_phase, learning_rate, mask_rate, micro_batches, parse_mask_rate, parse_target,
+                      sequence_length)
 from errors import UserError
 from model import flops_per_token
-from optimizer import in_stable_phase, learning_rate, mask_rate, micro_batches, sequence_length
 from run_log import RunLog, metric_text
 from run_start import Run, RunStarter
 from stop_request import StopRequest

@@ -1,5 +1,6 @@
-"""src/optimizer.py: AdamW's parameter groups (weight decay on matrices, layer-lr-decay), each
-learning-rate schedule as a pure function, and epochs and warmup-ratio turned into steps."""
+"""src/optimizer.py: AdamW's parameter groups (weight decay on matrices, layer-lr-decay); and the
+course in src/run_plan.py: each learning-rate schedule as a pure function, the mask rate, batch ramp
+and length curriculum, and epochs and warmup-ratio turned into steps."""
 import dataclasses
 import re
 
@@ -10,8 +11,8 @@ import torch
 from config import Config
 from errors import UserError
 from model import BertForSequenceClassification, ModelConfig
-from optimizer import (StableAdamW, in_stable_phase, learning_rate, make_optimizer, mask_rate, micro_batches,
-                       sequence_length, with_run_length)
+from optimizer import StableAdamW, make_optimizer
+from run_plan import in_stable_phase, learning_rate, mask_rate, micro_batches, sequence_length, with_run_length
 
 
 def test_cosine_warms_up_linearly_then_decays_to_the_minimum():

@@ -12,7 +12,7 @@ from config import Config
 from ini import load_config
 from errors import UserError
 from mlm_task import MaskedLMTask
-from optimizer import learning_rate
+from run_plan import learning_rate
 from test_distributed import run_main
 from test_trainer import scalars
 from trainer import Trainer
