@@ -46,7 +46,6 @@ class FineTuningTask:
     (read_part), into an EncodedSplit where the batches here are made of it (embed batches its
     evaluation texts itself); a split is one part but for MNLI's validation and test (matched and
     mismatched)."""
-    lower_is_better = False
     predictions_per_token = 0.0  # no MLM head
     data_source = None  # a fine-tuning's data is named by its task
 

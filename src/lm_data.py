@@ -340,7 +340,6 @@ class CorpusTask:
     loss to lower, and every split's targets in the data itself (tokens, or the teacher's), so no
     labels to keep from a checkpoint and nothing to submit."""
     best_metric = "loss"
-    lower_is_better = True
 
     def __init__(self, config, vocab, device, data: LanguageModelData):
         self.config = config

@@ -23,8 +23,8 @@ import distributed
 import hardware
 from atomic import atomic_write
 from config import Config
-from run_plan import (in_stable_phase, learning_rate, mask_rate, micro_batches, parse_mask_rate, parse_target,
-                      sequence_length)
+from run_plan import (in_stable_phase, learning_rate, lower_is_better, mask_rate, micro_batches, parse_mask_rate,
+                      parse_target, sequence_length)
 from errors import UserError
 from model import flops_per_token
 from run_log import RunLog, metric_text
@@ -253,7 +253,7 @@ class Trainer:
             run.log(task.show_predictions(model, self.autocast))
         score = metrics[task.best_metric]
         score = None if score is None else float(score)  # a numpy scalar would not load with weights_only
-        if improves(score, run.best, task.lower_is_better):
+        if improves(score, run.best, lower_is_better(task.best_metric)):
             run.best = score
             self.save(run, "best")
         self.save(run, "latest")
