@@ -18,7 +18,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "scripts")]
 from ini import load_config  # noqa: E402
 from errors import exit_on_user_error  # noqa: E402
 from main import run  # noqa: E402
-from stop_request import StopRequest  # noqa: E402
+from trainer import StopRequest  # noqa: E402
 
 PRETRAIN_CONFIG = ROOT / "etc" / "templates" / "config_cpu.ini"
 FINETUNE_CONFIG = ROOT / "etc" / "templates" / "config_sst2_cpu.ini"

@@ -16,7 +16,7 @@ SOURCE = Path(__file__).resolve().parent.parent / "src"
 PRE_TRAINING_MODULES = frozenset({
     "architecture", "atomic", "batching", "checkpoints", "config", "cpu_kernels", "distributed", "errors",
     "hardware", "ini", "lm_data", "main", "masking", "mlm_task", "model", "optimizer", "packed_files", "run_log",
-    "run_plan", "run_start", "shard_stream", "shards", "stop_request", "task", "throughput", "trainer", "vocab"})
+    "run_plan", "run_start", "shard_stream", "shards", "task", "throughput", "trainer", "vocab"})
 FINE_TUNING_MODULES = PRE_TRAINING_MODULES - {"lm_data", "masking", "mlm_task", "packed_files", "shard_stream",
                                               "shards"} | {
     "classification_task", "fine_tuning", "glue_data", "glue_metrics", "glue_tasks", "pair_encoding"}

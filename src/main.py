@@ -27,9 +27,8 @@ from hardware import select_device
 from ini import load_config
 from run_plan import with_run_length
 from run_start import decay_branch, resumed_decay
-from stop_request import StopRequest
 from task import task_class
-from trainer import Trainer
+from trainer import StopRequest, Trainer
 from vocab import load_vocab
 
 

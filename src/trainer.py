@@ -2,10 +2,12 @@
 
 A task (mlm_task.py, classification_task.py) supplies the model, the batches and the loss, as
 task.Task says; run_start.py opens the run; this file does everything else, the same way for all
-of them. Read top to bottom: the loop, one step, its log line, validation, saving, scoring a checkpoint.
+of them. Read top to bottom: how a run is asked to stop, the loop, one step, its log line, validation,
+saving, scoring a checkpoint.
 """
 import json
 import math
+import signal
 import sys
 import tempfile
 from contextlib import nullcontext
@@ -29,7 +31,6 @@ from errors import UserError
 from model import flops_per_token
 from run_log import RunLog, metric_text
 from run_start import Run, RunStarter
-from stop_request import StopRequest
 from task import Task
 from throughput import Clock, Throughput
 
@@ -43,6 +44,38 @@ class StepPhases(NamedTuple):
 
 
 PHASES = StepPhases()
+
+
+class StopRequest:
+    """Stopping a run cleanly: SIGINT, SIGTERM or a file named `stop` in the working directory asks,
+    and the loop finishes its step, saves and exits.
+
+    A context manager: the handlers it installs are replaced by the previous ones on exit.
+    """
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.reason = None
+        self.previous = {}
+
+    def __enter__(self):
+        for signum in self.SIGNALS:
+            self.previous[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, *exc_info):
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+    def _on_signal(self, signum, frame):
+        self.reason = signal.Signals(signum).name
+
+    def requested(self) -> bool:
+        stop_file = Path("stop")
+        if self.reason is None and stop_file.exists():
+            stop_file.unlink(missing_ok=True)  # consumed, so the next run is not stopped too
+            self.reason = "the file ./stop"
+        return self.reason is not None
 
 
 class Trainer:

@@ -1,11 +1,11 @@
-"""src/stop_request.py: SIGINT, SIGTERM or a file named stop ask for a stop; the file is used up,
+"""trainer.StopRequest: SIGINT, SIGTERM or a file named stop ask for a stop; the file is used up,
 and the signal handlers before it are back once it ends."""
 import signal
 from pathlib import Path
 
 import pytest
 
-from stop_request import StopRequest
+from trainer import StopRequest
 from test_trainer import run_to
 
 
