@@ -1,14 +1,17 @@
 """Export a checkpoint to a Hugging Face transformers directory: every architecture, every task.
 
-Example:
+Examples:
     python scripts/export_hf.py --cp demo/runs/run0/checkpoints/best.pt -o demo/hf-mlm
+    python scripts/export_hf.py --cp demo/runs/run1/checkpoints/best.pt -o demo/hf-sst2 --quantize int8
 
 BERT's own architecture becomes transformers' BERT classes (BertForMaskedLM,
 BertForSequenceClassification, ...); any other (pre-LN, RoPE, GeGLU, mean pooling, ...) a model
 whose code travels in the directory, loaded with trust_remote_code=True. The directory also holds
 the tokenizer (tokenizer.json, vocab.txt), the label names and a model card (README.md). It is
 written whole into a temporary directory first, then renamed into place; --force replaces an
-earlier export and nothing else (never the directory holding the checkpoint).
+earlier export and nothing else (never the directory holding the checkpoint). With --onnx it also
+holds onnx/model.onnx, checked against our model in onnxruntime; with --quantize int8 the int8 graph
+beside it, both scored on the run's validation split (onnx_export.py).
 """
 import argparse
 import json
