@@ -195,6 +195,7 @@ def check_graph(path: Path, wrapper: Outputs, batches, shown_as: Path) -> float:
 
 
 def check_quantizable(checkpoint: dict, path: Path):
+    """--quantize scores a fine-tuned task's validation split: a pre-training's checkpoint is refused first."""
     task = checkpoint["task"]
     if task not in SCORED_TASKS:
         raise UserError(f"{path}: a {task} checkpoint: --quantize scores the graphs on a fine-tuning task's "
@@ -223,8 +224,8 @@ def validation_scores(checkpoint: dict, checkpoint_path: Path, graphs: dict[str,
     its data paths from the working directory), and the name of the task's headline metric."""
     import checkpoints
     from config import Config
-    from task import task_class
     from onnx_model import onnx_class
+    from task import task_class
     settings = checkpoints.saved_settings(checkpoint) | {"teacher": "", "transfer_data": ""}  # scoring alone
     config = Config(**settings, sources=(f"{checkpoint_path}'s settings",))
     shape = ModelConfig(**checkpoint["model_config"])
@@ -244,5 +245,7 @@ def quantization_line(report: dict) -> str:
     float32, int8 = report["float32"], report["int8"]
     count = float32["metrics"].get("examples") or float32["metrics"].get("pairs") or float32["metrics"].get("queries")
     counted = f" of {count:,}" if count else ""
-    return (f"validation{counted}: {metric} {float32['metrics'][metric]:.4f} float32 ({float32['megabytes']} MB), "
-            f"{int8['metrics'][metric]:.4f} int8 ({int8['megabytes']} MB, {QUANTIZED_FILE})")
+    shown = {kind: "undefined" if report[kind]["metrics"][metric] is None else f"{report[kind]['metrics'][metric]:.4f}"
+             for kind in ("float32", "int8")}  # a correlation of constant predictions has none
+    return (f"validation{counted}: {metric} {shown['float32']} float32 ({float32['megabytes']} MB), "
+            f"{shown['int8']} int8 ({int8['megabytes']} MB, {QUANTIZED_FILE})")
