@@ -2,8 +2,8 @@
 (classify.py, embed.py, ner.py, qa.py), bench_infer.py and the int8 check of export_hf.py run it in
 onnxruntime as they run a checkpoint in PyTorch: same inputs, same outputs, same losses.
 
-`--cp` takes a checkpoint, an exported directory with onnx/model.onnx, or one .onnx file in such a
-directory's onnx/ folder (the int8 one, say). The directory's config.json, tokenizer and
+`--cp` takes a checkpoint, an exported directory with onnx/model.onnx, its onnx/ folder, or one .onnx
+file in that folder (the int8 one, say). The directory's config.json, tokenizer and
 sentence-transformers files say what the graph is, as import_hf.py reads them.
 """
 from pathlib import Path
@@ -16,11 +16,11 @@ from torch import nn
 import checkpoints
 from errors import UserError
 from model import IGNORE_INDEX, ModelConfig, pool
+from onnx_export import INSTALL
 
 GRAPH = Path("onnx") / "model.onnx"  # where export_hf.py --onnx writes it
-INSTALL = "pip install -r requirements-onnx.txt"
 # What each inference script's --cp help adds to the checkpoint it names.
-OR_EXPORTED = "; or its export with --onnx (the directory, or a .onnx file in its onnx/ folder), run in onnxruntime"
+OR_EXPORTED = "; or its export with --onnx (the directory, its onnx/ folder or a .onnx file there), run in onnxruntime"
 
 
 class OnnxModel(nn.Module):
