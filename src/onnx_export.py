@@ -28,11 +28,11 @@ from config import CLASSIFICATION_TASKS
 from errors import UserError
 from model import (BertForEmbedding, BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification,
                    BertForTokenClassification, ModelConfig)
+from onnx_model import INSTALL, onnx_class
 
 TOLERANCE = 1e-4  # the largest difference a float32 output may have from ours, times its scale past 1
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OPSET = 17
-INSTALL = "pip install onnx onnxruntime"
 QUANTIZED_FILE = "onnx/model_qint8.onnx"
 QUANTIZATION_REPORT = "onnx/quantization.json"
 # The tasks whose validation split scores a graph through onnx_model's classes: the fine-tuned ones.
@@ -224,7 +224,6 @@ def validation_scores(checkpoint: dict, checkpoint_path: Path, graphs: dict[str,
     its data paths from the working directory), and the name of the task's headline metric."""
     import checkpoints
     from config import Config
-    from onnx_model import onnx_class
     from task import task_class
     settings = checkpoints.saved_settings(checkpoint) | {"teacher": "", "transfer_data": ""}  # scoring alone
     config = Config(**settings, sources=(f"{checkpoint_path}'s settings",))

@@ -16,9 +16,9 @@ from torch import nn
 import checkpoints
 from errors import UserError
 from model import IGNORE_INDEX, ModelConfig, pool
-from onnx_export import INSTALL
 
 GRAPH = Path("onnx") / "model.onnx"  # where export_hf.py --onnx writes it
+INSTALL = "pip install onnx onnxruntime"  # what --onnx and running a graph need
 # What each inference script's --cp help adds to the checkpoint it names.
 OR_EXPORTED = "; or its export with --onnx (the directory, its onnx/ folder or a .onnx file there), run in onnxruntime"
 
