@@ -33,7 +33,7 @@ from config import CLASSIFICATION_TASKS  # noqa: E402
 from embed_task import embed_texts  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from model import BertForEmbedding, BertForSequenceClassification, count_parameters  # noqa: E402
-from onnx_model import OnnxModel, restore_model  # noqa: E402
+from onnx_model import OnnxModel, is_onnx, restore_model  # noqa: E402
 
 MODELS = {task: BertForSequenceClassification for task in CLASSIFICATION_TASKS} | {"embed": BertForEmbedding}
 
@@ -143,7 +143,7 @@ def arms(args) -> list[Arm]:
     built = []
     for path in args.cp:
         built.append(our_arm(path, compiled=False))
-        if args.compile and not (path.is_dir() or path.suffix == ".onnx"):
+        if args.compile and not is_onnx(path):
             built.append(our_arm(path, compiled=True))
     return built + [transformers_arm(directory) for directory in args.hf] + [
         transformers_arm(directory, onnx=True) for directory in args.hf_onnx]

@@ -61,7 +61,7 @@ def classify(model, vocab, first: list[str], second: list[str] | None, seq_len: 
     examples = glue_data.Examples(first, second, np.full(count, glue_data.HIDDEN_LABEL), np.arange(count))
     part = Part("test", examples, pair_encoding.encode_examples(vocab, first, second, seq_len))
     results = [(-1, 0.0)] * count
-    for rows in inference_rows(part, batch_size, progress):
+    for rows in inference_rows(part.lengths, batch_size, progress):
         batch = part.batch(rows, vocab.pad_id, seq_len)
         segment_ids = None if batch["segment_ids"] is None else torch.from_numpy(batch["segment_ids"])
         logits, _ = model(torch.from_numpy(batch["input_ids"]),

@@ -85,7 +85,8 @@ def export(checkpoint_path: Path, out_dir: Path, force: bool = False, onnx: bool
     """Writes the directory (where out_dir leads, if a symbolic link), with onnx/model.onnx checked
     against our model where `onnx`, and its int8 graph scored beside it where `quantize`; returns the
     names of its files."""
-    if onnx or quantize:
+    onnx = onnx or quantize  # the int8 graph is made from the checked float32 one
+    if onnx:
         onnx_export.require_onnx()
     checkpoint = hf_export.as_exported(checkpoints.load(checkpoint_path))
     hf_export.check_exportable(checkpoint_path, checkpoint)
@@ -107,7 +108,7 @@ def export(checkpoint_path: Path, out_dir: Path, force: bool = False, onnx: bool
             (temp / name).parent.mkdir(exist_ok=True)
             with naming_a_full_disk(out_dir / name):
                 (temp / name).write_text(text, encoding="utf-8")
-        if onnx or quantize:
+        if onnx:
             with naming_a_full_disk(out_dir / ONNX_FILE):
                 onnx_export.write_onnx(checkpoint, checkpoints.vocab_of(checkpoint), temp / ONNX_FILE,
                                        out_dir / ONNX_FILE)

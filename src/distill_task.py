@@ -15,7 +15,7 @@ from config import model_config
 from errors import UserError
 from lm_data import DATA_KEYS, CorpusTask, LanguageModelData
 from model import Encoder, ModelConfig, init_weights
-from teacher import frozen, read_teacher
+from teacher import load_teacher
 
 RELATIONS = ("query", "key", "value")  # SelfAttention.projections' order
 # The Config fields that decide what the loss measures: a resumed run keeps them.
@@ -79,12 +79,6 @@ def visibility(real: torch.Tensor, document_ids: torch.Tensor | None) -> torch.T
     return visible
 
 
-def load_teacher(path: Path, vocab, seq_len: int, device: torch.device) -> RelationEncoder:
-    """The teacher's encoder (teacher.py: read, checked and frozen) on the device."""
-    state, config = read_teacher(path, vocab, seq_len)
-    return frozen(RelationEncoder(config), state, path, device)
-
-
 def check_relation_heads(relation_heads: int, teacher: ModelConfig, student: ModelConfig):
     for side, width in (("teacher's width", teacher.d_model), ("student's d-model", student.d_model)):
         if width % relation_heads:
@@ -99,7 +93,7 @@ class DistillationTask(CorpusTask):
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         # no masking rule: the unmasked ids
         super().__init__(config, vocab, device, LanguageModelData(config, vocab, rank, world_size))
-        self.teacher = load_teacher(Path(config.teacher), vocab, config.seq_len, device)
+        self.teacher = load_teacher(Path(config.teacher), vocab, config.seq_len, device, RelationEncoder)
         self.teacher_layer = (config.teacher_layer or self.teacher.config.n_layer) - 1
         if self.teacher_layer >= self.teacher.config.n_layer:
             raise UserError(f"teacher-layer = {config.teacher_layer}: teacher = {config.teacher} has "

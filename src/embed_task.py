@@ -86,10 +86,8 @@ class EmbeddingTask(FineTuningTask):
         self.best_metric = "spearman" if self.split("val").similarity is not None else "ndcg@10"
         self.teacher = None
         if config.teacher:
-            from teacher import frozen, read_teacher  # a run without a teacher reads no other model
-            path = Path(config.teacher)
-            state, teacher_config = read_teacher(path, vocab, config.seq_len)
-            self.teacher = frozen(BertForEmbedding(teacher_config), state, path, device)
+            from teacher import load_teacher  # a run without a teacher reads no other model
+            self.teacher = load_teacher(Path(config.teacher), vocab, config.seq_len, device, BertForEmbedding)
 
     def read_part(self, split: str, name: str) -> TrainingPairs | EvaluationSplit:
         if split == "train":  # pairs to train on; validation and test: scored pairs or retrieval
@@ -225,7 +223,7 @@ def embedded(model, encoded: EncodedExamples, rows: np.ndarray, pad_id: int, seq
     """The embeddings of texts `rows` (float32 numpy, in their order), batched by length."""
     device = next(model.parameters(), torch.empty(0)).device  # a graph in onnxruntime has none: the CPU
     vectors = np.zeros((len(rows), model.config.d_model), np.float32)
-    for chosen in inference_rows(RowsOf(encoded, rows), batch_size, progress):
+    for chosen in inference_rows(encoded.lengths[rows], batch_size, progress):
         batch = to_device(text_batch(encoded, rows[chosen], pad_id, seq_len), device, False)
         output = model(batch["input_ids"], batch["attention_mask"])
         vectors[chosen] = output.float().cpu().numpy()
@@ -237,17 +235,6 @@ def embed_texts(model, vocab, texts: list[str], seq_len: int, batch_size: int = 
     """Each text's embedding (length 1), cut and pooled as fine-tuning does."""
     encoded = encode_examples(vocab, texts, None, seq_len)
     return embedded(model, encoded, np.arange(len(encoded)), vocab.pad_id, seq_len, batch_size, progress)
-
-
-@dataclass
-class RowsOf:
-    """Texts `rows` of encoded examples, as inference_rows orders them."""
-    encoded: EncodedExamples
-    rows: np.ndarray
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return self.encoded.lengths[self.rows]
 
 
 def every_process_candidates(candidates: torch.Tensor) -> tuple[torch.Tensor, int]:

@@ -31,10 +31,10 @@ class EncodedSplit:
         return self.encoded.lengths
 
 
-def inference_rows(split: EncodedSplit, batch_size: int, progress: bool = False) -> Iterator[np.ndarray]:
-    """The split's rows in batches of neighbouring lengths, shortest first (the least padding); with
-    `progress`, a bar on the terminal's stderr for an input of PROGRESS_BATCHES batches or more."""
-    order = np.argsort(split.lengths, kind="stable")
+def inference_rows(lengths: np.ndarray, batch_size: int, progress: bool = False) -> Iterator[np.ndarray]:
+    """The rows of texts of these lengths in batches of neighbouring lengths, shortest first (the least
+    padding); with `progress`, a bar on the terminal's stderr for PROGRESS_BATCHES batches or more."""
+    order = np.argsort(lengths, kind="stable")
     starts = range(0, len(order), batch_size)
     shown = progress and len(starts) >= PROGRESS_BATCHES and sys.stderr.isatty()
     for start in tqdm(starts, unit="batch", disable=not shown, leave=False):

@@ -14,11 +14,11 @@ from pathlib import Path
 import torch
 
 import checkpoints
+from architecture import NETWORK_FIELDS
 from config import CLASSIFICATION_TASKS, FINE_TUNING_TASKS
 from errors import UserError
 from glue_tasks import label_names
 from hf_weights import to_hf
-from architecture import NETWORK_FIELDS
 from model import INIT_STD
 from vocab import SPECIAL_TOKEN_NAMES, Vocab, tokenizer_config
 

@@ -204,7 +204,7 @@ def answer_questions(model, vocab, questions: list[str], contexts: list[str], se
     split = QuestionSplit(data, squad_data.encode_questions(vocab, data, settings["seq-len"], settings["doc-stride"],
                                                             settings["max-query-length"]))
     logits = {}
-    for rows in inference_rows(split, batch_size, progress):
+    for rows in inference_rows(split.lengths, batch_size, progress):
         batch = split.batch(rows, vocab.pad_id, settings["seq-len"])
         starts, ends, _ = model(*(torch.from_numpy(batch[name]) for name in ("input_ids", "attention_mask",
                                                                              "segment_ids")))

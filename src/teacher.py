@@ -40,6 +40,12 @@ def frozen(model: nn.Module, state: dict, path: Path, device: torch.device) -> n
     return model.to(device).eval().requires_grad_(False)
 
 
+def load_teacher(path: Path, vocab, seq_len: int, device: torch.device, model_class: type) -> nn.Module:
+    """The teacher as a `model_class` of its shape: read, checked and frozen on the device."""
+    state, config = read_teacher(path, vocab, seq_len)
+    return frozen(model_class(config), state, path, device)
+
+
 def transfer_sentences(pattern: str) -> list[str]:
     """The sentences of every document of transfer-data (the text a teacher labels for its student), in order."""
     return [sentence for documents in read_documents(find_inputs([pattern]))

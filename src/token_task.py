@@ -180,7 +180,7 @@ def tag_sentences(model, vocab, words: list[list[str]], seq_len: int, batch_size
     sentences = TaggedSentences(words, [[0] * len(sentence) for sentence in words], names, ())
     split = TaggedSplit(sentences, token_data.encode_sentences(vocab, sentences, seq_len))
     scored = []
-    for rows in inference_rows(split, batch_size, progress):
+    for rows in inference_rows(split.lengths, batch_size, progress):
         batch = {name: torch.from_numpy(value) if isinstance(value, np.ndarray) else value
                  for name, value in split.batch(rows, vocab.pad_id, seq_len).items()}
         logits, _ = model(batch["input_ids"], attention_mask=batch["attention_mask"])

@@ -25,11 +25,11 @@ import distributed
 import hardware
 from atomic import atomic_write
 from config import Config
-from run_plan import (in_stable_phase, learning_rate, lower_is_better, mask_rate, micro_batches, parse_mask_rate,
-                      parse_target, sequence_length)
 from errors import UserError
 from model import flops_per_token
 from run_log import RunLog, metric_text
+from run_plan import (in_stable_phase, learning_rate, lower_is_better, mask_rate, micro_batches, parse_mask_rate,
+                      parse_target, sequence_length)
 from run_start import Run, RunStarter
 from task import Task
 from throughput import Clock, Throughput

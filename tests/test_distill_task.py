@@ -14,8 +14,9 @@ import main
 import make_demo
 from conftest import assert_resumes_exactly_mid_epoch, one_error_line
 from checkpoints import load as load_checkpoint
-from distill_task import RelationEncoder, load_teacher, relation_losses, visibility
+from distill_task import RelationEncoder, relation_losses, visibility
 from model import ModelConfig
+from teacher import load_teacher
 from vocab import load_vocab
 
 # Of another width, depth and heads than the student (conftest's MLM_SETTINGS: 64 wide, 2 heads, 2
@@ -116,7 +117,7 @@ def test_a_checkpoint_of_ours_teaches_as_the_directory_it_was_imported_from(voca
     real = torch.ones_like(ids, dtype=torch.bool)
     real[1, 10:] = False
     with torch.no_grad():
-        outputs = [load_teacher(path, vocab, 64, device)(ids, real, layer=1)
+        outputs = [load_teacher(path, vocab, 64, device, RelationEncoder)(ids, real, layer=1)
                    for path in (directory, tmp_path / "teacher.pt")]
     assert outputs[0].shape == (3, 2, 3, 16, 16)  # q, k, v x batch x the teacher's 3 heads of 16
     torch.testing.assert_close(outputs[0], outputs[1], rtol=0, atol=0)
