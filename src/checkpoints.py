@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from atomic import atomic_write
-from config import FIELD_TYPES, Config
+from config import FIELD_TYPES, GRAMMAR_KEYS, Config, typed_value
 from errors import UserError
 from architecture import ROPE_THETA, ModelConfig
 from vocab import Vocab
@@ -143,10 +143,13 @@ def load(path: Path, mmap: bool = False) -> dict:
 
 
 def saved_settings(checkpoint: dict) -> dict:
-    """The run's config as Config field names -> values (a checkpoint stores it by INI key, as
-    config.ini has it); keys this program no longer has are left out."""
-    return {key.replace("-", "_"): value for key, value in checkpoint["config"].items()
-            if key.replace("-", "_") in FIELD_TYPES}
+    """The run's config as Config field names -> values, each key with a small grammar read from its
+    text (a checkpoint stores them by INI key, as config.ini has them); keys this program no longer
+    has are left out."""
+    settings = {key.replace("-", "_"): value for key, value in checkpoint["config"].items()
+                if key.replace("-", "_") in FIELD_TYPES}
+    return {name: typed_value(name, value, "a checkpoint's settings") if name in GRAMMAR_KEYS else value
+            for name, value in settings.items()}
 
 
 

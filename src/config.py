@@ -3,14 +3,14 @@ keys (ini.py reads files and the command line into it), and the model (model.Mod
 import difflib
 import math
 import re
+import types
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, get_args
 
 from errors import UserError
 from architecture import FEED_FORWARDS, NORMS, POOLINGS, POSITIONS, ROPE_THETA, ModelConfig, attention_shape_problem
-from run_plan import (MASK_RATE_FORMS, SCHEDULER_FORMS, duration_seconds, parse_curriculum, parse_mask_rate,
-                      parse_scheduler, parse_target, parses)
+from run_plan import GRAMMARS, Curriculum, Duration, MaskRate, Schedule, Target
 
 
 class Rule(NamedTuple):
@@ -51,12 +51,7 @@ SENTENCE_OBJECTIVES = ("none", "nsp", "sop")  # the names a shard's pairs are la
 
 def curriculum_problem(values: dict) -> str | None:
     """A curriculum cuts whole rows of plain MLM batches into equal pieces."""
-    text = values["seq_len_curriculum"]
-    try:
-        curriculum = parse_curriculum(text)
-    except ValueError:
-        return (f"seq-len-curriculum = {text}: expected LENGTH:SHARE, a length that divides seq-len and a share "
-                f"of the run in (0, 1] (64:0.5)")
+    curriculum = text = values["seq_len_curriculum"]
     if curriculum is None:
         return None
     if curriculum.length >= values["seq_len"] or values["seq_len"] % curriculum.length:
@@ -78,21 +73,20 @@ def replacement_shares_problem(replace_mask: float, replace_random: float) -> st
 def mask_rate_problem(values: dict) -> str | None:
     """A falling mask-rate needs masks drawn as the run goes (dynamic, by a task that masks); one that
     steps down at the decay needs the decay of wsd."""
-    text = values["mask_rate"]
-    rate = parse_mask_rate(text)
-    if rate.start == rate.end:
+    rate = text = values["mask_rate"]
+    if not rate.falls:
         return None
     if values["masking"] != "dynamic" or values["task_type"] not in ("mlm", "electra"):
         return (f"mask-rate = {text} falls along the run: it goes with masking = dynamic and task-type = mlm or "
                 f"electra, not masking = {values['masking']}, task-type = {values['task_type']}")
-    if rate.at == "decay" and parse_scheduler(values["lr_scheduler"]).name != "wsd":
+    if rate.at == "decay" and values["lr_scheduler"].name != "wsd":
         return f"mask-rate = {text} steps down where wsd's decay begins, but lr-scheduler = {values['lr_scheduler']}"
     return None
 
 
 def warms_up(values: dict) -> bool:
     """Whether warmup-iters applies: every schedule but one-cycle, whose rise is its warmup."""
-    return parse_scheduler(values["lr_scheduler"]).name != "one-cycle"
+    return values["lr_scheduler"].name != "one-cycle"
 
 
 # Checks between fields, run after the per-field ones: each gives a message, or None when it holds.
@@ -107,7 +101,7 @@ CROSS_FIELD_RULES = (
     f"sentence-objective = {v['sentence_objective']} goes with task-type = mlm, not {v['task_type']}",
     lambda v: None if not v["epochs"] or v["task_type"] in FINE_TUNING_TASKS else
     f"epochs = {v['epochs']} goes with a fine-tuning task, not task-type = {v['task_type']} (use max-iters)",
-    lambda v: None if not (v["epochs"] and duration_seconds(v["time_budget"])) else
+    lambda v: None if not (v["epochs"] and v["time_budget"].seconds) else
     f"epochs = {v['epochs']} and time-budget = {v['time_budget']}: give one run length, not both",
     lambda v: None if v["task_type"] != "distill" or v["teacher"] else
     "task-type = distill needs teacher = PATH (a transformers or sentence-transformers directory, or a checkpoint)",
@@ -130,7 +124,7 @@ CROSS_FIELD_RULES = (
     lambda v: None if v["lr_decay_iters"] >= v["warmup_iters"] or v["warmup_ratio"] or v["epochs"]
     or not warms_up(v) else
     f"lr-decay-iters = {v['lr_decay_iters']} is below warmup-iters = {v['warmup_iters']}",
-    lambda v: None if not duration_seconds(v["time_budget"]) or v["max_iters"] >= v["warmup_iters"]
+    lambda v: None if not v["time_budget"].seconds or v["max_iters"] >= v["warmup_iters"]
     or not warms_up(v) else
     f"time-budget = {v['time_budget']} with max-iters = {v['max_iters']} below warmup-iters = {v['warmup_iters']}: "
     f"the run would stop before warming up",
@@ -204,7 +198,7 @@ class Config:
     # MLM samples fill seq-len, so only fine-tuning batches gain from grouping by length.
     length_grouping: bool = key(True, "fine-tuning: training batches of sentences of similar length")
     grad_accum_steps: int = key(1, "micro-batches summed into one optimizer step", at_least(1))
-    seq_len_curriculum: str = key("", "pre-training: LENGTH:SHARE cuts each row into rows of LENGTH tokens for that "
+    seq_len_curriculum: Curriculum | None = key(None, "pre-training: LENGTH:SHARE cuts each row into rows of LENGTH tokens for that "
                                       "share of the run, then trains on whole rows (64:0.5); empty: whole rows")
     batch_ramp: float = key(0.0, "pre-training: steps grow from one micro-batch to grad-accum-steps of them by this "
                                  "share of the run (Cramming: 0.6); 0: every step has grad-accum-steps",
@@ -214,9 +208,9 @@ class Config:
                          at_least(1))
     test_iters: int = key(0, "batches scored by --test; 0: the whole test split", at_least(0))
     log_interval: int = key(10, "print the training loss every this many steps", at_least(1))
-    mask_rate: str = key("0.15", "share of the tokens picked for prediction; START:END falls along the run, "
+    mask_rate: MaskRate = key(MaskRate(0.15, 0.15), "share of the tokens picked for prediction; START:END falls along the run, "
                          "START:END@AT steps down at AT (a share of the run, or decay: where wsd's decay begins); "
-                         "validation masks at END", Rule(lambda value: parses(parse_mask_rate, value), MASK_RATE_FORMS))
+                         "validation masks at END")
     masking: str = key("dynamic", "dynamic: a fresh mask every batch; static: the masks stored in the shards",
                        one_of("dynamic", "static"))
     whole_word_masking: bool = key(False, "pick whole words: a piece and the ## pieces after it")
@@ -242,26 +236,21 @@ class Config:
     warmup_iters: int = key(300, "linear warm-up steps", at_least(0))
     warmup_ratio: float = key(0.0, "warm-up as a share of the run's steps (replaces warmup-iters); 0: warmup-iters",
                               within(0, 1, "[)"))
-    lr_scheduler: str = key("cosine", "after warmup: cosine or linear decay to min-learning-rate, none (constant), "
+    lr_scheduler: Schedule = key(Schedule("cosine"), "after warmup: cosine or linear decay to min-learning-rate, none (constant), "
                                       "steplr:STEP:GAMMA; one-cycle[:PEAK], up from min-learning-rate to the "
                                       "peak at that share of the run (default 0.5) and down again, no warmup; or "
                                       "wsd[:DECAY[:SHAPE]], constant until the last DECAY share of the run (0.2), "
                                       "then down along 1 - sqrt (or linear), the last checkpoint before it kept "
-                                      "as stable.pt",
-                            Rule(lambda value: parses(parse_scheduler, value), SCHEDULER_FORMS))
+                                      "as stable.pt")
     lr_decay_iters: int = key(10_000, "the step where the decay reaches min-learning-rate (without a time budget)",
                               at_least(0))
     resume_warmup_iters: int = key(0, "after a resume, ramp the rate back up over this many steps", at_least(0))
     max_iters: int = key(10_000, "optimizer steps in the whole run (with a time budget: a cap)", at_least(1))
     epochs: float = key(0.0, "fine-tuning: the run's length in passes over the training examples (sets max-iters "
                              "and lr-decay-iters); 0: max-iters", at_least(0))
-    stop_at: str = key("", "end the run at the first validation where METRIC reaches VALUE (accuracy:0.35, "
-                           "loss:4): time to a target, as MLPerf compares recipes; empty: never",
-                       Rule(lambda value: parses(parse_target, value),
-                            "METRIC:VALUE, a validation metric and a number (accuracy:0.35), or nothing"))
-    time_budget: str = key("0", "training time for the whole run (90s, 30m, 2h); 0: none",
-                           Rule(lambda value: duration_seconds(value) is not None,
-                                "a duration such as 90s, 30m or 2h (0: no budget)"))
+    stop_at: Target | None = key(None, "end the run at the first validation where METRIC reaches VALUE (accuracy:0.35, "
+                           "loss:4): time to a target, as MLPerf compares recipes; empty: never")
+    time_budget: Duration = key(Duration(0.0), "training time for the whole run (90s, 30m, 2h); 0: none")
     optimizer: str = key("adamw", "adamw, or stable-adamw: AdamW with Adafactor's update clipping per tensor "
                                   "(ModernBERT's; stable without grad-clip)", one_of("adamw", "stable-adamw"))
     weight_decay: float = key(0.01, "AdamW weight decay, on 2-D weights only", at_least(0))
@@ -296,8 +285,13 @@ class Config:
     origins: dict[str, str] = field(default_factory=dict, compare=False, metadata={"ini": False})
 
     def __post_init__(self):
-        """The one check of every key and between keys, also for a copy made by dataclasses.replace."""
-        validate(vars(self), self.origins, self.sources[-1] if self.sources else "config")
+        """The one check of every key and between keys, also for a copy made by dataclasses.replace;
+        a key with a small grammar given as text (Config(time_budget="30m") in code) is read here."""
+        source = self.sources[-1] if self.sources else "config"
+        for name in GRAMMAR_KEYS:
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, typed_value(name, getattr(self, name), self.origins.get(name, source)))
+        validate(vars(self), self.origins, source)
 
     @property
     def given(self) -> frozenset[str]:
@@ -329,7 +323,7 @@ class Config:
     @property
     def budget_seconds(self) -> float:
         """time-budget in seconds; 0 when there is none."""
-        return duration_seconds(self.time_budget)
+        return self.time_budget.seconds
 
     def budget_share(self, elapsed: float) -> float:
         """The share of time-budget that `elapsed` seconds of training spend (0 without one): what
@@ -348,9 +342,9 @@ class Config:
         return 4 * self.d_model
 
     def to_dict(self) -> dict[str, Any]:
-        """INI key -> plain value, the form a person reads (config.ini, checkpoints); safe for
-        torch.load(weights_only=True)."""
-        return {INI_KEYS[name]: getattr(self, name) for name in FIELD_TYPES}
+        """INI key -> plain value, the form a person reads (config.ini, checkpoints; a key with a small
+        grammar as its text); safe for torch.load(weights_only=True)."""
+        return {INI_KEYS[name]: plain_value(getattr(self, name)) for name in FIELD_TYPES}
 
     def describe(self) -> list[str]:
         """'key = value' lines in INI syntax, for the log."""
@@ -369,7 +363,15 @@ def model_config(config: Config, vocab, max_len: int | None = None, **heads) -> 
                        **heads)
 
 
-FIELD_TYPES = {field.name: field.type for field in fields(Config) if field.metadata.get("ini", True)}
+def value_type(annotation) -> type:
+    """The type a key's values have: Curriculum for `Curriculum | None`."""
+    if isinstance(annotation, types.UnionType):
+        return next(kind for kind in get_args(annotation) if kind is not type(None))
+    return annotation
+
+
+FIELD_TYPES = {field.name: value_type(field.type) for field in fields(Config) if field.metadata.get("ini", True)}
+GRAMMAR_KEYS = tuple(name for name, kind in FIELD_TYPES.items() if kind in GRAMMARS)
 DEFAULTS = {name: field.default for field in fields(Config) if (name := field.name) in FIELD_TYPES}
 RULES = {field.name: field.metadata["rule"] for field in fields(Config) if field.metadata.get("rule")}
 INI_KEYS = {name: name.replace("_", "-") for name in FIELD_TYPES}
@@ -394,8 +396,8 @@ def key_reference() -> str:
     for title, members in key_groups():
         lines.append(f"{title}:")
         for each in members:
-            option = f"--{INI_KEYS[each.name]} {TYPE_NAMES[each.type]}"
-            default = ini_text(each.default) if each.default != "" else "(empty)"
+            option = f"--{INI_KEYS[each.name]} {TYPE_NAMES.get(FIELD_TYPES[each.name], 'TEXT')}"
+            default = ini_text(each.default) or "(empty)"
             lines.append(f"  {option:<32} {each.metadata['meaning']} (default {default})")
         lines.append("")
     return "\n".join(lines)
@@ -434,10 +436,17 @@ def typed_value(name: str, value: Any, origin: str) -> Any:
     try:
         return convert(kind, value)
     except (KeyError, ValueError):
-        raise UserError(f"{located(origin, name, value)}: expected {TYPE_NOUNS[kind]}") from None
+        expected = GRAMMARS[kind].forms if kind in GRAMMARS else TYPE_NOUNS[kind]
+        raise UserError(f"{located(origin, name, value)}: expected {expected}") from None
 
 
 def convert(kind: type, value: Any) -> Any:
+    if kind in GRAMMARS:  # a value read, or its text (None: "")
+        if isinstance(value, kind):
+            return value
+        if value is not None and not isinstance(value, str):
+            raise ValueError(value)
+        return GRAMMARS[kind].parse(value or "")
     if isinstance(value, str) and kind is not str:
         value = value.strip()
         if kind is bool:
@@ -475,7 +484,12 @@ def located(origin: str, name: str, value: Any) -> str:
     return f"{origin}: {INI_KEYS[name]} = {shown}"
 
 
+def plain_value(value: Any) -> Any:
+    """A value as a checkpoint stores it: a key with a small grammar as its text."""
+    return ini_text(value) if value is None or type(value) in GRAMMARS else value
+
+
 def ini_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    return str(value)
+    return "" if value is None else str(value)

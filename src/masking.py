@@ -11,14 +11,13 @@ import torch
 
 from config import DEFAULTS
 from model import IGNORE_INDEX
-from run_plan import parse_mask_rate
 
 
 @dataclass(frozen=True)
 class MaskingRule:
     """How tokens are picked and replaced, named as the config keys (and a static shard's header
     fields) that set them; config.py has what each means and its default."""
-    mask_rate: float = parse_mask_rate(DEFAULTS["mask_rate"]).start
+    mask_rate: float = DEFAULTS["mask_rate"].start
     whole_word_masking: bool = DEFAULTS["whole_word_masking"]
     mask_replace_mask: float = DEFAULTS["mask_replace_mask"]
     mask_replace_random: float = DEFAULTS["mask_replace_random"]
@@ -28,8 +27,8 @@ class MaskingRule:
         """From a Config (at mask-rate's start, its highest rate), or anything else with the same
         attributes (the preparers' options)."""
         values = {field.name: getattr(settings, field.name) for field in fields(cls)}
-        if isinstance(values["mask_rate"], str):
-            values["mask_rate"] = parse_mask_rate(values["mask_rate"]).start
+        if not isinstance(values["mask_rate"], float):  # a Config's MaskRate
+            values["mask_rate"] = values["mask_rate"].start
         return cls(**values)
 
 

@@ -13,7 +13,6 @@ from hardware import to_device
 from lm_data import DATA_KEYS, CorpusTask, LanguageModelData
 from masking import MaskingRule, mask_tokens, predictions_per_sequence
 from model import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining, ModelConfig, token_hits
-from run_plan import parse_mask_rate
 
 PAIR_LABEL_NAMES = {"nsp": ("next", "random"), "sop": ("in order", "swapped")}
 # The Config fields that decide how tokens are masked: a resumed run keeps them.
@@ -27,7 +26,7 @@ class Masker:
 
     def __init__(self, config, vocab, device: torch.device):
         self.rule = MaskingRule.from_config(config)  # at the schedule's highest rate, which sizes the slots
-        self.evaluation_rate = parse_mask_rate(config.mask_rate).end
+        self.evaluation_rate = config.mask_rate.end
         self.vocab = vocab
         self.special_ids = torch.tensor(vocab.special_ids, device=device)
         self.is_continuation = torch.from_numpy(vocab.is_continuation).to(device)

@@ -1,27 +1,45 @@
 """The run's course: the small grammars of the keys that plan it (time-budget, lr-scheduler,
-mask-rate, seq-len-curriculum, stop-at), each read from its text into a value (config.py checks each
-key with the same function that the course reads it with); and the course itself, the learning rate,
-the mask rate, the batch ramp, the length curriculum and the run's length, each a pure function of the
-step, the share of the time budget spent and the run's Config (`config` below: this room imports
-nothing of the project, config.py imports it).
+mask-rate, seq-len-curriculum, stop-at), each a frozen value read once from its text (Config's load
+reads them, and writes each back as its text); and the course itself, the learning rate, the mask
+rate, the batch ramp, the length curriculum and the run's length, each a pure function of the step,
+the share of the time budget spent and the run's Config (`config` below: this room imports nothing of
+the project, config.py imports it).
 """
 import dataclasses
 import math
 import re
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
+
+
+def number_text(number: float) -> str:
+    """A number as short as it reads back exactly: 0.15, 1e-05, 0.7000000000000001."""
+    short = f"{number:g}"
+    return short if float(short) == number else repr(float(number))
+
+
+class Duration(NamedTuple):
+    """A time-budget value read: seconds, and the unit it was written in (0: no budget)."""
+    seconds: float
+    unit: str = "s"
+
+    def __str__(self) -> str:
+        return number_text(self.seconds / SECONDS_PER_UNIT[self.unit]) + self.unit if self.seconds else "0"
 
 
 DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smh])")
 SECONDS_PER_UNIT = {"s": 1, "m": 60, "h": 3600}
+DURATION_FORMS = "a duration such as 90s, 30m or 2h (0: no budget)"
 
 
-def duration_seconds(text: str) -> float | None:
-    """Seconds in '90s', '30m', '1.5h' or '0' (no budget); None when the text is none of these."""
+def parse_duration(text: str) -> Duration:
+    """The Duration of '90s', '30m', '1.5h' or '0' (no budget)."""
     text = text.strip().lower()
     if text in ("0", ""):
-        return 0.0
+        return Duration(0.0)
     match = DURATION.fullmatch(text)
-    return float(match.group(1)) * SECONDS_PER_UNIT[match.group(2)] if match else None
+    if not match:
+        raise ValueError(f"not a duration: {text!r}")
+    return Duration(float(match.group(1)) * SECONDS_PER_UNIT[match.group(2)], match.group(2))
 
 
 class Schedule(NamedTuple):
@@ -34,20 +52,19 @@ class Schedule(NamedTuple):
     decay: float = 0.2  # 20% with 1 - sqrt matches a cosine's loss (Hägele et al. 2024)
     shape: str = "sqrt"
 
+    def __str__(self) -> str:
+        """The shortest text that reads back the same: arguments at their defaults left off the end."""
+        arguments = {"steplr": (self.step, number_text(self.gamma)), "one-cycle": (number_text(self.peak),),
+                     "wsd": (number_text(self.decay), self.shape)}.get(self.name, ())
+        defaults = {"one-cycle": ("0.5",), "wsd": ("0.2", "sqrt")}.get(self.name, ())
+        while arguments and defaults and str(arguments[-1]) == defaults[len(arguments) - 1]:
+            arguments = arguments[:-1]
+        return ":".join((self.name, *map(str, arguments)))
+
 
 WSD_SHAPES = ("sqrt", "linear")
 SCHEDULER_FORMS = ("cosine, linear, none (constant), steplr:STEP:GAMMA (STEP a positive integer, GAMMA in (0, 1]), "
                    "one-cycle[:PEAK] (PEAK in (0, 1)) or wsd[:DECAY[:SHAPE]] (DECAY in (0, 1], SHAPE sqrt or linear)")
-
-
-def parses(parse: Callable[[str], Any], text: str) -> bool:
-    """Whether a parse_* function reads the value (the Rule of a key with a small grammar); the
-    code that uses the key reads it with the same function."""
-    try:
-        parse(text)
-    except ValueError:
-        return False
-    return True
 
 
 def parse_scheduler(text: str) -> Schedule:
@@ -81,6 +98,16 @@ class MaskRate(NamedTuple):
     start: float
     end: float
     at: float | str | None = None
+
+    @property
+    def falls(self) -> bool:
+        return self.start != self.end
+
+    def __str__(self) -> str:
+        if not self.falls:
+            return number_text(self.start)
+        at = "" if self.at is None else "@" + (self.at if self.at == "decay" else number_text(self.at))
+        return f"{number_text(self.start)}:{number_text(self.end)}{at}"
 
 
 MASK_RATE_FORMS = ("a rate in (0, 1), or START:END[@AT]: START falling to END (not above START) along the run, "
@@ -122,7 +149,10 @@ class Target(NamedTuple):
         return measured <= self.value if lower_is_better(self.metric) else measured >= self.value
 
     def __str__(self) -> str:
-        return f"{self.metric}:{self.value:g}"
+        return f"{self.metric}:{number_text(self.value)}"
+
+
+TARGET_FORMS = "METRIC:VALUE, a validation metric and a number (accuracy:0.35), or nothing"
 
 
 def parse_target(text: str) -> Target | None:
@@ -132,13 +162,23 @@ def parse_target(text: str) -> Target | None:
     metric, separator, value = text.strip().lower().rpartition(":")
     if not (separator and re.fullmatch(r"[a-z_]+", metric)):
         raise ValueError(f"not a target: {text!r}")
-    return Target(metric, float(value))
+    target = Target(metric, float(value))
+    if not math.isfinite(target.value):
+        raise ValueError(f"not a target: {text!r}")
+    return target
 
 
 class Curriculum(NamedTuple):
     """A seq-len-curriculum value read: rows of `length` tokens for the first `share` of the run."""
     length: int
     share: float
+
+    def __str__(self) -> str:
+        return f"{self.length}:{number_text(self.share)}"
+
+
+CURRICULUM_FORMS = ("LENGTH:SHARE, rows of LENGTH tokens (a length that divides seq-len) for that share of the "
+                    "run in (0, 1] (64:0.5), or nothing")
 
 
 def parse_curriculum(text: str) -> Curriculum | None:
@@ -152,13 +192,25 @@ def parse_curriculum(text: str) -> Curriculum | None:
     return curriculum
 
 
+class Grammar(NamedTuple):
+    """How a key's value is read from its text, and what the text may be (for the error)."""
+    parse: Callable[[str], object]
+    forms: str
+
+
+# The types of the keys with a small grammar (config.py's fields), each read by its parse_*.
+GRAMMARS = {Duration: Grammar(parse_duration, DURATION_FORMS), Schedule: Grammar(parse_scheduler, SCHEDULER_FORMS),
+            MaskRate: Grammar(parse_mask_rate, MASK_RATE_FORMS), Target: Grammar(parse_target, TARGET_FORMS),
+            Curriculum: Grammar(parse_curriculum, CURRICULUM_FORMS)}
+
+
 # ----------------------------------------------------------------------------- the course
 
 def learning_rate(step: int, budget_share: float, config, resumed_at: int | None = None) -> float:
     """The rate for `step`: lr-scheduler's shape over the run (the share of the time budget spent,
     0..1, when the config has a budget, else the step); after a resume at step `resumed_at`, ramped
     back up over resume-warmup-iters steps."""
-    schedule = parse_scheduler(config.lr_scheduler)
+    schedule = config.lr_scheduler
     if schedule.name == "one-cycle":
         rate = one_cycle(run_progress(step, budget_share, config), schedule.peak, config)
     elif schedule.name == "wsd":
@@ -220,7 +272,7 @@ def warmup_stable_decay(progress: float, schedule: Schedule, config) -> float:
 
 def in_stable_phase(step: int, budget_share: float, config) -> bool:
     """Whether the rate at `step` is wsd's constant one, the decay not begun."""
-    schedule = parse_scheduler(config.lr_scheduler)
+    schedule = config.lr_scheduler
     return schedule.name == "wsd" and run_progress(step, budget_share, config) < 1 - schedule.decay
 
 
@@ -238,11 +290,11 @@ def mask_rate(step: int, budget_share: float, config) -> float:
     line over the run, or stepping down at its AT (a share of the run, or where wsd's decay begins);
     a higher rate early teaches more per step, a lower one late matches what the model is used on
     (Ettin and mmBERT mask 30% then less in the decay)."""
-    rate = parse_mask_rate(config.mask_rate)
+    rate = config.mask_rate
     progress = run_progress(step, budget_share, config)
     if rate.at is None:
         return rate.start + progress * (rate.end - rate.start)
-    switch = 1 - parse_scheduler(config.lr_scheduler).decay if rate.at == "decay" else rate.at
+    switch = 1 - config.lr_scheduler.decay if rate.at == "decay" else rate.at
     return rate.start if progress < switch else rate.end
 
 
@@ -259,7 +311,7 @@ def micro_batches(step: int, budget_share: float, config) -> int:
 def sequence_length(step: int, budget_share: float, config) -> int:
     """The row length of the step: seq-len-curriculum's LENGTH for its SHARE of the run, else seq-len
     (short rows first: a small model learns local context sooner, as BabyLM's entries found)."""
-    curriculum = parse_curriculum(config.seq_len_curriculum)
+    curriculum = config.seq_len_curriculum
     if curriculum and run_progress(step, budget_share, config) < curriculum.share:
         return curriculum.length
     return config.seq_len

@@ -18,7 +18,7 @@ from hardware import check_fits_memory
 from model import ModelConfig, count_parameters, estimated_parameters
 from optimizer import make_optimizer
 from run_log import RunLog, create_run_dir, write_run_config
-from run_plan import in_stable_phase, parse_scheduler, run_progress
+from run_plan import Schedule, in_stable_phase, run_progress
 from task import Task
 from throughput import Throughput
 
@@ -71,7 +71,7 @@ def decay_branch(config: Config, saved: dict, path: Path, task: str) -> Config:
         kind = f"a {saved['task']} checkpoint" + ("" if saved["optimizer"] is not None else " without its optimizer")
         raise UserError(f"--decay-from {path}: {kind}; it takes a checkpoint of a task-type = {task} run, with "
                         f"its optimizer")
-    stable = parse_scheduler(settings["lr_scheduler"])
+    stable = settings["lr_scheduler"]
     if stable.name != "wsd":
         raise UserError(f"--decay-from {path}: its run has lr-scheduler = {settings['lr_scheduler']}; the decay "
                         f"branches from the stable phase of a wsd run")
@@ -87,9 +87,9 @@ def decay_branch(config: Config, saved: dict, path: Path, task: str) -> Config:
             f"lr-decay-iters = {config.lr_decay_iters}"
         raise UserError(f"--decay-from {path}: the checkpoint is at step {step} and {length} ends this run there; "
                         f"give the decay steps (or time) beyond it")
-    current = parse_scheduler(config.lr_scheduler)
+    current = config.lr_scheduler
     shape = current.shape if current.name == "wsd" else stable.shape
-    return dataclasses.replace(config, lr_scheduler=f"wsd:{1 - done:.6g}:{shape}")
+    return dataclasses.replace(config, lr_scheduler=Schedule("wsd", decay=round(1 - done, 6), shape=shape))
 
 
 def resumed_decay(config: Config, saved: dict, task: Task, switch_training: bool) -> Config:

@@ -28,8 +28,7 @@ from config import Config
 from errors import UserError
 from model import flops_per_token
 from run_log import RunLog, metric_text
-from run_plan import (in_stable_phase, learning_rate, lower_is_better, mask_rate, micro_batches, parse_mask_rate,
-                      parse_target, sequence_length)
+from run_plan import in_stable_phase, learning_rate, lower_is_better, mask_rate, micro_batches, sequence_length
 from run_start import Run, RunStarter
 from task import Task
 from throughput import Clock, Throughput
@@ -88,9 +87,6 @@ class Trainer:
         self.dtype = hardware.select_dtype(config.dtype, self.device)
         self.autocast = torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32)
         self.starter = RunStarter(config, task, self.dtype, rank, world_size)
-        self.target = parse_target(config.stop_at)
-        rates = parse_mask_rate(config.mask_rate)
-        self.mask_rate_falls = rates.start != rates.end  # then each log line says the step's
 
     def fit(self, checkpoint_path: Path | None = None, saved: dict | None = None, *, switch_training: bool = False,
             load_optimizer: bool = True, branch: bool = False, stop: StopRequest | None = None) -> Path:
@@ -152,9 +148,10 @@ class Trainer:
             if at_val:
                 with meter.paused(), clock.paused():
                     metrics = self.validate(run)
-                if self.target and self.target.reached(metrics):
-                    run.log(f"stop-at = {self.target} reached at step {run.step} (val {self.target.metric} "
-                            f"{metrics[self.target.metric]:.4f}): {run.elapsed / 60:.2f} minutes of training, "
+                target = config.stop_at
+                if target and target.reached(metrics):
+                    run.log(f"stop-at = {target} reached at step {run.step} (val {target.metric} "
+                            f"{metrics[target.metric]:.4f}): {run.elapsed / 60:.2f} minutes of training, "
                             f"{run.tokens:,} tokens")
                     break
             if stopping:
@@ -170,12 +167,13 @@ class Trainer:
 
     def check_target(self, run: Run):
         """A stop-at metric the task's validation has, before the first step (one validation batch tells)."""
-        if self.target is None:
+        target = self.config.stop_at
+        if target is None:
             return
         names = self.task.evaluate(run.compiled, self.task.eval_batches("val", 1), self.autocast)
-        if self.target.metric not in names:
-            raise UserError(f"stop-at = {self.config.stop_at}: task-type = {self.task.name} validates "
-                            f"{', '.join(names)}, not {self.target.metric}")
+        if target.metric not in names:
+            raise UserError(f"stop-at = {target}: task-type = {self.task.name} validates "
+                            f"{', '.join(names)}, not {target.metric}")
 
     def finished(self, run: Run) -> bool:
         """At max-iters, or when the time budget is spent."""
@@ -242,7 +240,7 @@ class Trainer:
         line = f"step {run.step} | loss {loss:.4f} | lr {run.lr:.2e} | {tokens_per_sec:,.0f} tok/s | mfu {mfu:.1%}"
         line += "".join(f" | {name} {metric_text(value)}" for name, value in metrics.items())
         shown = {"loss": f"{loss:.3f}"}
-        if self.mask_rate_falls:
+        if self.config.mask_rate.falls:
             line += f" | mask rate {run.mask_rate:.3f}"
             metrics["mask_rate"] = run.mask_rate
         if self.config.budget_seconds:

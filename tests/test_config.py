@@ -135,7 +135,7 @@ def test_templates_keep_the_original_values(tmp_path, template, original):
 def test_cpu_template_is_small_and_uses_the_demo_corpus():
     config = load_config(ROOT / "etc" / "templates" / "config_cpu.ini", [])
     assert (config.base_dir, config.d_model, config.heads, config.n_layer) == ("demo", 128, 2, 2)
-    assert config.time_budget == "8m" and config.budget_seconds == 480 and config.compile is False
+    assert str(config.time_budget) == "8m" and config.budget_seconds == 480 and config.compile is False
     assert config.val_dataset_pattern == "val_imdb_128_*.msgpack"
 
 

@@ -200,8 +200,8 @@ def test_a_length_curriculum_trains_on_short_rows_for_its_share_of_the_run():
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"seq_len_curriculum": "64"}, "seq-len-curriculum = 64: expected LENGTH:SHARE"),
-    ({"seq_len_curriculum": "64:0"}, "seq-len-curriculum = 64:0: expected LENGTH:SHARE"),
+    ({"seq_len_curriculum": "64"}, "seq-len-curriculum = '64': expected LENGTH:SHARE"),
+    ({"seq_len_curriculum": "64:0"}, "seq-len-curriculum = '64:0': expected LENGTH:SHARE"),
     ({"seq_len_curriculum": "48:0.5"}, "seq-len-curriculum = 48:0.5: 48 must divide seq-len = 128 and be shorter"),
     ({"seq_len_curriculum": "128:0.5"}, "128 must divide seq-len = 128 and be shorter"),
     ({"seq_len_curriculum": "64:0.5", "masking": "static"}, "goes with task-type = mlm, masking = dynamic"),

@@ -1,19 +1,41 @@
-"""The grammars of time-budget, lr-scheduler, mask-rate, seq-len-curriculum and stop-at, as pure functions."""
+"""The grammars of time-budget, lr-scheduler, mask-rate, seq-len-curriculum and stop-at, as pure
+functions: each text read into a value, and each value written back as text that reads the same."""
 import pytest
 
-from run_plan import (Curriculum, MaskRate, Schedule, Target, duration_seconds, parse_curriculum, parse_mask_rate,
-                      parse_scheduler, parse_target)
+from run_plan import (GRAMMARS, Curriculum, Duration, MaskRate, Schedule, Target, parse_curriculum, parse_duration,
+                      parse_mask_rate, parse_scheduler, parse_target)
 
 
 @pytest.mark.parametrize("text, seconds", [("0", 0.0), ("", 0.0), ("90s", 90.0), ("30m", 1800.0),
                                            ("1.5h", 5400.0), (" 2H ", 7200.0), (".5m", 30.0)])
 def test_durations_in_seconds(text, seconds):
-    assert duration_seconds(text) == seconds
+    assert parse_duration(text).seconds == seconds
 
 
 @pytest.mark.parametrize("text", ["30", "m", "30 min", "-5m", "1d"])
-def test_what_is_not_a_duration_reads_as_none(text):
-    assert duration_seconds(text) is None
+def test_what_is_not_a_duration_is_a_value_error(text):
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize("kind, text", [
+    (Duration, "0"), (Duration, "90s"), (Duration, "30m"), (Duration, "1.5h"), (Duration, "0.1s"),
+    (Schedule, "cosine"), (Schedule, "none"), (Schedule, "steplr:500:0.5"), (Schedule, "one-cycle"),
+    (Schedule, "one-cycle:0.3"), (Schedule, "wsd"), (Schedule, "wsd:0.25"), (Schedule, "wsd:0.2:linear"),
+    (Schedule, "wsd:0.123457:linear"),
+    (MaskRate, "0.15"), (MaskRate, "0.3:0.15"), (MaskRate, "0.3:0.15@0.8"), (MaskRate, "0.3:0.15@decay"),
+    (Target, "accuracy:0.35"), (Target, "loss:4"), (Curriculum, "64:0.5")])
+def test_a_value_is_written_back_as_the_text_it_was_read_from(kind, text):
+    value = GRAMMARS[kind].parse(text)
+    assert str(value) == text and GRAMMARS[kind].parse(str(value)) == value
+
+
+def test_a_value_made_in_code_is_written_as_text_that_reads_back_exactly():
+    """decay_branch's share of the run left has many digits: a resume reads the same rate."""
+    schedule = Schedule("wsd", decay=1 - 0.3, shape="linear")  # 0.7000000000000001
+    assert parse_scheduler(str(schedule)) == schedule
+    assert parse_duration(str(Duration(1234567.0))) == Duration(1234567.0)
+    assert str(parse_scheduler("one-cycle:0.5")) == "one-cycle" and str(parse_scheduler("WSD:0.2:sqrt")) == "wsd"
 
 
 @pytest.mark.parametrize("text, schedule", [
