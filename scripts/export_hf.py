@@ -30,22 +30,18 @@ from atomic import sync_directory  # noqa: E402
 import hf_export  # noqa: E402
 import onnx_export  # noqa: E402
 from errors import UserError, exit_on_user_error, naming_a_full_disk  # noqa: E402
-from model import BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, ModelConfig  # noqa: E402
-from model import BertForCausalLM, ElectraForPreTraining  # noqa: E402
+from hf_import import model_class  # noqa: E402
+from model import ModelConfig  # noqa: E402
 
 ONNX_FILE = "onnx/model.onnx"  # where optimum and sentence-transformers' ONNX backend look
-MODEL_CLASSES = {"mlm": BertForMaskedLM, "clm": BertForCausalLM, "electra": ElectraForPreTraining}
 
 
 def check_weights(path: Path, checkpoint: dict):
     """The weights fit the checkpoint's architecture and hold the whole encoder: a damaged file is
     named, not exported."""
     config = ModelConfig(**checkpoint["model_config"])
-    kind = MODEL_CLASSES.get(checkpoint["task"], BertForSequenceClassification)
-    if checkpoint["task"] == "mlm" and config.sentence_classes:
-        kind = BertForPreTraining
     with torch.device("meta"):  # shapes only: nothing allocated, nothing initialised
-        reference = kind(config)
+        reference = model_class(checkpoint["task"], config)(config)
     checkpoints.check_shapes(path, checkpoint["model"], reference)
     weights = checkpoint["model"]
     missing = [name for name in reference.state_dict() if name.startswith("encoder.") and name not in weights]
@@ -90,6 +86,8 @@ def export(checkpoint_path: Path, out_dir: Path, force: bool = False, onnx: bool
         onnx_export.require_onnx()
     checkpoint = hf_export.as_exported(checkpoints.load(checkpoint_path))
     hf_export.check_exportable(checkpoint_path, checkpoint)
+    if onnx:
+        onnx_export.check_graphable(checkpoint, checkpoint_path)
     if quantize:
         onnx_export.check_quantizable(checkpoint, checkpoint_path)
     check_weights(checkpoint_path, checkpoint)

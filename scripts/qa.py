@@ -17,10 +17,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from onnx_model import OR_EXPORTED, restore_model  # noqa: E402
 from classify import print_lines  # noqa: E402
-from config import QUESTION_ANSWERING_TASKS, Config  # noqa: E402
+from config import Config  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from model import BertForQuestionAnswering  # noqa: E402
 from squad_task import answer_questions  # noqa: E402
+from architecture import ANSWERS, tasks_of  # noqa: E402
 
 SETTINGS = ("seq-len", "doc-stride", "max-query-length", "max-answer-length")
 
@@ -83,7 +84,7 @@ def main(argv=None):
         read_questions(args.input) if args.input else [])
     if not pairs:
         raise UserError("nothing to answer: give -q QUESTION -c CONTEXT or -i FILE")
-    kinds = dict.fromkeys(QUESTION_ANSWERING_TASKS, BertForQuestionAnswering)
+    kinds = dict.fromkeys(tasks_of(ANSWERS), BertForQuestionAnswering)
     model, vocab, checkpoint = restore_model(args.cp, kinds)
     answers = answer_questions(model, vocab, [question for question, _ in pairs], [context for _, context in pairs],
                                run_settings(checkpoint, model.config.max_len), progress=True)

@@ -1,8 +1,11 @@
-"""The model's architecture as data: ModelConfig, the variants it takes and the rule of an
-attention shape. Torch-free, so that config.py checks a run's keys against it and the data
-preparers read it without importing torch; model.py builds the network from it.
+"""The model's architecture as data: ModelConfig, the variants it takes, the rule of an attention
+shape, and the table of tasks (the head each puts on the encoder: the class that trains it, the model
+class that holds its weights, the transformers classes an export of it is). Torch-free, so that
+config.py checks a run's keys against it and the data preparers read it without importing torch;
+model.py builds the network from it. A new task is its module and one line in TASK_KINDS; config.py
+(the task-types and their rules), task.py, hf_export, hf_import, onnx_export and onnx_model read it.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 IGNORE_INDEX = -100  # the label of a token no loss scores (PyTorch's cross_entropy default)
 # The variants ModelConfig takes; config.py checks a run's keys against the same tuples.
@@ -64,3 +67,62 @@ def attention_shape_problem(d_model: int, heads: int, position: str) -> str | No
     if position == "rope" and d_model // heads % 2:
         return f"position = rope needs an even head width, but d-model / heads = {d_model} / {heads} is odd"
     return None
+
+
+# ----------------------------------------------------------------------------- the tasks
+
+PRE_TRAINING, CLASSIFICATION, TOKENS, ANSWERS, EMBEDDING, ENCODER = (
+    "pre-training", "classification", "tokens", "answers", "embedding", "encoder")
+
+
+@dataclass(frozen=True)
+class TaskKind:
+    family: str  # one of the six above: what the model outputs, and how an export is scored
+    module: str  # the module of its task class, imported when a run names the task ("": no run trains it)
+    task_class: str
+    model: str  # model.py's class that holds its weights
+    native: str  # transformers' class of its export in BERT's own architecture
+    variant: str  # export_hf.py's class of its export in any other architecture
+    taught: bool = False  # takes a teacher
+    single_text: bool = False  # a classification of one text per example (transfer-data's sentences fit it)
+
+
+def classification(single_text: bool = False) -> TaskKind:
+    return TaskKind(CLASSIFICATION, "classification_task", "ClassificationTask", "BertForSequenceClassification",
+                    "BertForSequenceClassification", "BertVariantForSequenceClassification", True, single_text)
+
+
+def answers() -> TaskKind:
+    return TaskKind(ANSWERS, "squad_task", "QuestionAnsweringTask", "BertForQuestionAnswering",
+                    "BertForQuestionAnswering", "BertVariantForQuestionAnswering")
+
+
+# "encoder" is no task-type: an imported BertModel, or a distilled student as exported.
+ENCODER_KIND = TaskKind(ENCODER, "", "", "BertForSequenceClassification", "BertModel", "BertVariantModel")
+TASK_KINDS = {
+    "mlm": TaskKind(PRE_TRAINING, "mlm_task", "MaskedLMTask", "BertForMaskedLM", "BertForMaskedLM",
+                    "BertVariantForMaskedLM"),
+    "clm": TaskKind(PRE_TRAINING, "clm_task", "CausalLMTask", "BertForCausalLM", "BertLMHeadModel",
+                    "BertVariantForCausalLM"),
+    "electra": TaskKind(PRE_TRAINING, "electra_task", "ElectraTask", "ElectraForPreTraining", "ElectraForPreTraining",
+                        "BertVariantForPreTraining"),
+    "distill": replace(ENCODER_KIND, family=PRE_TRAINING, module="distill_task", task_class="DistillationTask",
+                                     taught=True),
+    **{name: classification(single_text=name in ("cola", "sst2", "classify"))
+       for name in ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli", "classify")},
+    "ner": TaskKind(TOKENS, "token_task", "TokenClassificationTask", "BertForTokenClassification",
+                    "BertForTokenClassification", "BertVariantForTokenClassification"),
+    "squad": answers(),  # SQuAD v1.1
+    "squad_v2": answers(),  # and v2.0, with unanswerable questions
+    "embed": TaskKind(EMBEDDING, "embed_task", "EmbeddingTask", "BertForEmbedding", "BertModel", "BertVariantModel",
+                      taught=True),
+}
+
+
+def kind_of(task: str) -> TaskKind:
+    """The kind of a checkpoint's task: a task-type's, or the encoder's."""
+    return ENCODER_KIND if task == "encoder" else TASK_KINDS[task]
+
+
+def tasks_of(*families: str) -> tuple[str, ...]:
+    return tuple(name for name, kind in TASK_KINDS.items() if kind.family in families)

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, get_args
 
 from errors import UserError
-from architecture import FEED_FORWARDS, NORMS, POOLINGS, POSITIONS, ROPE_THETA, ModelConfig, attention_shape_problem
+from architecture import (ANSWERS, CLASSIFICATION, EMBEDDING, FEED_FORWARDS, NORMS, POOLINGS, POSITIONS, ROPE_THETA,
+                          TASK_KINDS, TOKENS, ModelConfig, attention_shape_problem, tasks_of)
 from run_plan import GRAMMARS, Curriculum, Duration, MaskRate, Schedule, Target
 
 
@@ -39,13 +40,12 @@ def one_of(*choices: str) -> Rule:
     return Rule(lambda value: value in choices, "one of " + ", ".join(choices))
 
 
-# The tasks; main.py maps each name to its task class.
-CLASSIFICATION_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli", "classify")
-QUESTION_ANSWERING_TASKS = ("squad", "squad_v2")  # SQuAD v1.1, and v2.0 with unanswerable questions
-SENTENCE_TASKS = ("cola", "sst2", "classify")  # one text per example
-FINE_TUNING_TASKS = (*CLASSIFICATION_TASKS, "ner", *QUESTION_ANSWERING_TASKS, "embed")
-TAUGHT_TASKS = ("distill", *CLASSIFICATION_TASKS, "embed")  # the tasks that take a teacher
-TASK_TYPES = ("mlm", "clm", "electra", "distill", *FINE_TUNING_TASKS)
+# The task-types, from architecture.TASK_KINDS' one line each.
+TASK_TYPES = tuple(TASK_KINDS)
+CLASSIFICATION_TASKS = tasks_of(CLASSIFICATION)
+FINE_TUNING_TASKS = tasks_of(CLASSIFICATION, TOKENS, ANSWERS, EMBEDDING)
+SENTENCE_TASKS = tuple(name for name, kind in TASK_KINDS.items() if kind.single_text)  # one text per example
+TAUGHT_TASKS = tuple(name for name, kind in TASK_KINDS.items() if kind.taught)  # the tasks that take a teacher
 SENTENCE_OBJECTIVES = ("none", "nsp", "sop")  # the names a shard's pairs are labelled for too (shards.PAIRS)
 
 
@@ -198,8 +198,9 @@ class Config:
     # MLM samples fill seq-len, so only fine-tuning batches gain from grouping by length.
     length_grouping: bool = key(True, "fine-tuning: training batches of sentences of similar length")
     grad_accum_steps: int = key(1, "micro-batches summed into one optimizer step", at_least(1))
-    seq_len_curriculum: Curriculum | None = key(None, "pre-training: LENGTH:SHARE cuts each row into rows of LENGTH tokens for that "
-                                      "share of the run, then trains on whole rows (64:0.5); empty: whole rows")
+    seq_len_curriculum: Curriculum | None = key(None, "pre-training: LENGTH:SHARE cuts each row into rows of "
+                                                "LENGTH tokens for that share of the run, then trains on whole "
+                                                "rows (64:0.5); empty: whole rows")
     batch_ramp: float = key(0.0, "pre-training: steps grow from one micro-batch to grad-accum-steps of them by this "
                                  "share of the run (Cramming: 0.6); 0: every step has grad-accum-steps",
                             within(0, 1))
@@ -208,9 +209,9 @@ class Config:
                          at_least(1))
     test_iters: int = key(0, "batches scored by --test; 0: the whole test split", at_least(0))
     log_interval: int = key(10, "print the training loss every this many steps", at_least(1))
-    mask_rate: MaskRate = key(MaskRate(0.15, 0.15), "share of the tokens picked for prediction; START:END falls along the run, "
-                         "START:END@AT steps down at AT (a share of the run, or decay: where wsd's decay begins); "
-                         "validation masks at END")
+    mask_rate: MaskRate = key(MaskRate(0.15, 0.15), "share of the tokens picked for prediction; START:END falls "
+                              "along the run, START:END@AT steps down at AT (a share of the run, or decay: where "
+                              "wsd's decay begins); validation masks at END")
     masking: str = key("dynamic", "dynamic: a fresh mask every batch; static: the masks stored in the shards",
                        one_of("dynamic", "static"))
     whole_word_masking: bool = key(False, "pick whole words: a piece and the ## pieces after it")
@@ -236,12 +237,11 @@ class Config:
     warmup_iters: int = key(300, "linear warm-up steps", at_least(0))
     warmup_ratio: float = key(0.0, "warm-up as a share of the run's steps (replaces warmup-iters); 0: warmup-iters",
                               within(0, 1, "[)"))
-    lr_scheduler: Schedule = key(Schedule("cosine"), "after warmup: cosine or linear decay to min-learning-rate, none (constant), "
-                                      "steplr:STEP:GAMMA; one-cycle[:PEAK], up from min-learning-rate to the "
-                                      "peak at that share of the run (default 0.5) and down again, no warmup; or "
-                                      "wsd[:DECAY[:SHAPE]], constant until the last DECAY share of the run (0.2), "
-                                      "then down along 1 - sqrt (or linear), the last checkpoint before it kept "
-                                      "as stable.pt")
+    lr_scheduler: Schedule = key(Schedule("cosine"), "after warmup: cosine or linear decay to min-learning-rate, "
+                                 "none (constant), steplr:STEP:GAMMA; one-cycle[:PEAK], up from min-learning-rate to "
+                                 "the peak at that share of the run (default 0.5) and down again, no warmup; or "
+                                 "wsd[:DECAY[:SHAPE]], constant until the last DECAY share of the run (0.2), then "
+                                 "down along 1 - sqrt (or linear), the last checkpoint before it kept as stable.pt")
     lr_decay_iters: int = key(10_000, "the step where the decay reaches min-learning-rate (without a time budget)",
                               at_least(0))
     resume_warmup_iters: int = key(0, "after a resume, ramp the rate back up over this many steps", at_least(0))

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 import checkpoints
-from architecture import NETWORK_FIELDS
+from architecture import NETWORK_FIELDS, TASK_KINDS, kind_of
 from config import CLASSIFICATION_TASKS, FINE_TUNING_TASKS
 from errors import UserError
 from glue_tasks import label_names
@@ -44,15 +44,8 @@ BERT_ARCHITECTURE = {"norm": "postln", "position": "learned", "feed_forward": "g
 # Weights a transformers directory never holds: ELECTRA's generator, which fine-tuning drops.
 GENERATOR = ("generator.", "generator_input.", "generator_head.")
 
-NATIVE_CLASSES = {"mlm": "BertForMaskedLM", "clm": "BertLMHeadModel", "electra": "ElectraForPreTraining",
-                  "encoder": "BertModel", "ner": "BertForTokenClassification", "squad": "BertForQuestionAnswering",
-                  "squad_v2": "BertForQuestionAnswering", "embed": "BertModel"} | {
-    task: "BertForSequenceClassification" for task in CLASSIFICATION_TASKS}
-VARIANT_CLASSES = {"mlm": "BertVariantForMaskedLM", "clm": "BertVariantForCausalLM",
-                   "electra": "BertVariantForPreTraining", "encoder": "BertVariantModel",
-                   "ner": "BertVariantForTokenClassification", "squad": "BertVariantForQuestionAnswering",
-                   "squad_v2": "BertVariantForQuestionAnswering", "embed": "BertVariantModel"} | {
-    task: "BertVariantForSequenceClassification" for task in CLASSIFICATION_TASKS}
+# The tasks a directory holds (a distilled student as an encoder: as_exported).
+EXPORTED_TASKS = tuple(task for task in (*TASK_KINDS, "encoder") if task != "distill")
 # The Auto class each exported class answers to.
 AUTO_CLASSES = {"BertVariantModel": "AutoModel", "BertVariantForMaskedLM": "AutoModelForMaskedLM",
                 "BertVariantForPreTraining": "AutoModelForPreTraining",
@@ -83,7 +76,8 @@ def architecture(checkpoint: dict) -> str:
     task, saved = checkpoint["task"], checkpoint["model_config"]
     if task == "mlm" and saved.get("sentence_classes"):
         return "BertForPreTraining" if is_native(checkpoint) else "BertVariantForPreTraining"
-    return (NATIVE_CLASSES if is_native(checkpoint) else VARIANT_CLASSES)[task]
+    kind = kind_of(task)
+    return kind.native if is_native(checkpoint) else kind.variant
 
 
 def as_exported(checkpoint: dict) -> dict:
@@ -92,9 +86,9 @@ def as_exported(checkpoint: dict) -> dict:
 
 
 def check_exportable(path: Path, checkpoint: dict):
-    if checkpoint["task"] not in NATIVE_CLASSES:
+    if checkpoint["task"] not in EXPORTED_TASKS:
         raise UserError(f"{path}: a {checkpoint['task']} checkpoint has no transformers counterpart; "
-                        f"export takes {', '.join(NATIVE_CLASSES)}")
+                        f"export takes {', '.join(EXPORTED_TASKS)}")
 
 
 def exported_weights(checkpoint: dict) -> dict:

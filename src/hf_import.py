@@ -10,14 +10,14 @@ import torch
 from safetensors.torch import load_file
 
 import checkpoints
-from architecture import NETWORK_FIELDS
+from architecture import NETWORK_FIELDS, kind_of
 from atomic import check_output_file
 from config import CLASSIFICATION_TASKS, RULES, Config
 from errors import UserError
 from hardware import check_fits_memory
 from hf_weights import from_hf
-from model import (BertForCausalLM, BertForEmbedding, BertForMaskedLM, BertForPreTraining, BertForQuestionAnswering,
-                   BertForSequenceClassification, BertForTokenClassification, ModelConfig, estimated_parameters)
+import model as our_models
+from model import BertForPreTraining, ModelConfig, estimated_parameters
 from vocab import Vocab, load_tokenizer_json, load_vocab, read_json_object, read_small_text
 
 # What each model type must have to be ours: transformers' BERT, ELECTRA's discriminator (the same
@@ -28,9 +28,6 @@ MODEL_TYPES = ("bert", "electra", "bert-variant")
 VARIANT_TASKS = {"BertVariantForMaskedLM": "mlm", "BertVariantForPreTraining": "mlm", "BertVariantForCausalLM": "clm",
                  "BertVariantForSequenceClassification": "classify", "BertVariantModel": "encoder",
                  "BertVariantForTokenClassification": "ner", "BertVariantForQuestionAnswering": "squad"}
-MODEL_CLASSES = {"mlm": BertForMaskedLM, "clm": BertForCausalLM, "encoder": BertForSequenceClassification,
-                 "embed": BertForEmbedding, "ner": BertForTokenClassification, "squad": BertForQuestionAnswering,
-                 "squad_v2": BertForQuestionAnswering}
 # The sentence-transformers modules an embedding model of ours holds (hf_export's), by their class's name.
 EMBEDDING_MODULES = ("Transformer", "Pooling", "Normalize")
 # The Pooling module's flag for each of its modes, in its config.json (a newer one may write pooling_mode).
@@ -210,9 +207,10 @@ def task_of(config: dict, weights: dict) -> str:
 
 
 def model_class(task: str, architecture: ModelConfig) -> type:
+    """model.py's class that holds a checkpoint's weights (export_hf.py checks them against it too)."""
     if task == "mlm" and architecture.sentence_classes:
         return BertForPreTraining
-    return MODEL_CLASSES.get(task, BertForSequenceClassification)
+    return getattr(our_models, kind_of(task).model)
 
 
 def check_shapes(directory: Path, weights: dict, model) -> None:

@@ -24,11 +24,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from config import CLASSIFICATION_TASKS
 from errors import UserError
 from model import (BertForEmbedding, BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification,
                    BertForTokenClassification, ModelConfig)
 from onnx_model import INSTALL, onnx_class
+from architecture import ANSWERS, CLASSIFICATION, EMBEDDING, ENCODER, PRE_TRAINING, TOKENS, kind_of, tasks_of
 
 TOLERANCE = 1e-4  # the largest difference a float32 output may have from ours, times its scale past 1
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -36,7 +36,15 @@ OPSET = 17
 QUANTIZED_FILE = "onnx/model_qint8.onnx"
 QUANTIZATION_REPORT = "onnx/quantization.json"
 # The tasks whose validation split scores a graph through onnx_model's classes: the fine-tuned ones.
-SCORED_TASKS = (*CLASSIFICATION_TASKS, "ner", "squad", "squad_v2", "embed")
+SCORED_TASKS = tasks_of(CLASSIFICATION, TOKENS, ANSWERS, EMBEDDING)
+# The pre-training whose graph a runtime's class takes (ORTModelForMaskedLM): MLM's.
+GRAPH_PRE_TRAINING = ("mlm",)
+# Our model class whose outputs a family's graph gives, and the graph's outputs.
+GRAPH_MODELS = {PRE_TRAINING: BertForMaskedLM, CLASSIFICATION: BertForSequenceClassification,
+                TOKENS: BertForTokenClassification, ANSWERS: BertForQuestionAnswering, EMBEDDING: BertForEmbedding,
+                ENCODER: BertForEmbedding}
+GRAPH_OUTPUTS = {ANSWERS: ("start_logits", "end_logits"), EMBEDDING: ("last_hidden_state",),
+                 ENCODER: ("last_hidden_state",)}
 
 # The sentences the graph is checked on: lengths from a few pieces to many, plain and odd text.
 CHECK_SENTENCES = (
@@ -51,21 +59,11 @@ CHECK_SENTENCES = (
 
 def model_class(task: str) -> type:
     """Our model class whose outputs the task's graph gives."""
-    if task == "mlm":
-        return BertForMaskedLM
-    if task == "ner":
-        return BertForTokenClassification
-    if task in ("squad", "squad_v2"):
-        return BertForQuestionAnswering
-    if task in ("embed", "encoder"):
-        return BertForEmbedding
-    return BertForSequenceClassification
+    return GRAPH_MODELS[kind_of(task).family]
 
 
 def output_names(task: str) -> tuple[str, ...]:
-    if task in ("squad", "squad_v2"):
-        return "start_logits", "end_logits"
-    return ("last_hidden_state",) if task in ("embed", "encoder") else ("logits",)
+    return GRAPH_OUTPUTS.get(kind_of(task).family, ("logits",))
 
 
 class DecomposedRMSNorm(nn.Module):
@@ -192,6 +190,14 @@ def check_graph(path: Path, wrapper: Outputs, batches, shown_as: Path) -> float:
                                 f"not written")
             largest = max(largest, float(difference[worst]) / scale)
     return largest
+
+
+def check_graphable(checkpoint: dict, path: Path):
+    """--onnx traces MLM, fine-tuned and encoder models: a causal LM or ELECTRA is refused first."""
+    task = checkpoint["task"]
+    if kind_of(task).family == PRE_TRAINING and task not in GRAPH_PRE_TRAINING:
+        raise UserError(f"{path}: a {task} checkpoint: --onnx exports mlm, fine-tuned and encoder models; "
+                        f"export it without --onnx")
 
 
 def check_quantizable(checkpoint: dict, path: Path):

@@ -16,6 +16,7 @@ from torch import nn
 import checkpoints
 from errors import UserError
 from model import IGNORE_INDEX, ModelConfig, pool
+from architecture import ANSWERS, CLASSIFICATION, EMBEDDING, ENCODER, TOKENS, kind_of
 
 GRAPH = Path("onnx") / "model.onnx"  # where export_hf.py --onnx writes it
 INSTALL = "pip install onnx onnxruntime"  # what --onnx and running a graph need
@@ -85,12 +86,13 @@ class OnnxEmbedding(OnnxModel):
         return F.normalize(pool(hidden, mask, self.config.pooling), dim=-1)
 
 
+# The class that runs a family's graph behind our model's call.
+ONNX_CLASSES = {CLASSIFICATION: OnnxSequenceClassification, TOKENS: OnnxTokenClassification,
+                ANSWERS: OnnxQuestionAnswering, EMBEDDING: OnnxEmbedding, ENCODER: OnnxEmbedding}
+
+
 def onnx_class(task: str) -> type[OnnxModel]:
-    if task == "ner":
-        return OnnxTokenClassification
-    if task in ("squad", "squad_v2"):
-        return OnnxQuestionAnswering
-    return OnnxEmbedding if task == "embed" else OnnxSequenceClassification
+    return ONNX_CLASSES[kind_of(task).family]
 
 
 def session(path: Path):

@@ -8,9 +8,9 @@ from typing import Iterator, Protocol
 import torch
 from torch import nn
 
-from config import CLASSIFICATION_TASKS, QUESTION_ANSWERING_TASKS
 from errors import UserError
 from model import ModelConfig
+from architecture import TASK_KINDS
 from vocab import Vocab
 
 
@@ -87,16 +87,8 @@ def evaluate_by_sums(task: Task, model: nn.Module, batches: Iterator[dict], auto
     return task.metrics(summed[0].item() / summed[1].item(), summed[1:].cpu())
 
 
-# Each task-type (config.TASK_TYPES) to the module and class of its task, imported when a config
-# names it: a run reads only its own task. The trainer knows a task only through task.Task.
-TASKS = {"mlm": ("mlm_task", "MaskedLMTask"), "clm": ("clm_task", "CausalLMTask"),
-         "electra": ("electra_task", "ElectraTask"), "distill": ("distill_task", "DistillationTask")} | dict.fromkeys(
-    CLASSIFICATION_TASKS, ("classification_task", "ClassificationTask")) | {
-    "ner": ("token_task", "TokenClassificationTask")} | dict.fromkeys(
-    QUESTION_ANSWERING_TASKS, ("squad_task", "QuestionAnsweringTask")) | {"embed": ("embed_task", "EmbeddingTask")}
-
-
 def task_class(task_type: str) -> type:
-    """The class of a task-type's task, its module imported now."""
-    module, name = TASKS[task_type]
-    return getattr(importlib.import_module(module), name)
+    """The class of a task-type's task, its module imported now: a run reads only its own task. The
+    trainer knows a task only through task.Task."""
+    kind = TASK_KINDS[task_type]
+    return getattr(importlib.import_module(kind.module), kind.task_class)

@@ -22,7 +22,7 @@ import onnx_export
 from classification_task import ClassificationTask
 from config import Config
 from conftest import one_error_line
-from model import BertForSequenceClassification, ModelConfig
+from model import BertForCausalLM, BertForSequenceClassification, ModelConfig
 
 LAYOUTS = {
     "bert": {"norm": "postln", "position": "learned", "feed_forward": "gelu"},
@@ -157,3 +157,17 @@ def test_quantize_without_a_validation_split_or_of_a_pre_training_is_one_line(vo
     assert line == (f"error: {mlm}: a mlm checkpoint: --quantize scores the graphs on a fine-tuning task's "
                     f"validation split; quantize a fine-tuned model")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["mlm.pt", "model.pt"]
+
+
+def test_a_causal_lm_has_no_graph_and_is_one_line(vocab, tmp_path, capsys):
+    """A runtime's classes load MLM, fine-tuned and encoder graphs: a causal LM is refused, nothing written."""
+    config = ModelConfig(vocab_size=vocab.size, max_len=96, d_model=32, heads=2, n_layer=2, d_ff=64, causal=True,
+                         **LAYOUTS["bert"])
+    checkpoint = tmp_path / "clm.pt"
+    checkpoints.save(checkpoint, checkpoints.make_state(task="clm", weights=BertForCausalLM(config).state_dict(),
+                                                        model_config=config, vocab=vocab, config={"seq-len": 96}))
+    line = one_error_line(capsys, lambda: export_hf.main(["--cp", str(checkpoint), "-o", str(tmp_path / "hf"),
+                                                          "--onnx"]))
+    assert line == (f"error: {checkpoint}: a clm checkpoint: --onnx exports mlm, fine-tuned and encoder models; "
+                    f"export it without --onnx")
+    assert not (tmp_path / "hf").exists()

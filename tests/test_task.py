@@ -34,3 +34,17 @@ def test_the_loss_is_weighted_by_each_batchs_count_and_the_statistics_summed():
 def test_a_split_without_a_batch_is_one_line():
     with pytest.raises(UserError, match="the evaluation split has no batch: it holds fewer samples than batch-size"):
         evaluate_by_sums(SignTask(), nn.Identity(), iter([]), contextlib.nullcontext())
+
+
+def test_every_task_kind_names_classes_that_exist():
+    """architecture.TASK_KINDS is the one table of tasks: each line's classes are real, and every
+    export class is one transformers' Auto classes (or the model card's load line) know."""
+    import hf_export
+    import model
+    from architecture import ENCODER_KIND, TASK_KINDS
+    from task import task_class
+    for name, kind in TASK_KINDS.items():
+        assert task_class(name).__name__ == kind.task_class, name
+    for kind in (*TASK_KINDS.values(), ENCODER_KIND):
+        assert issubclass(getattr(model, kind.model), torch.nn.Module)
+        assert kind.native in hf_export.AUTO_NAMES and kind.variant in hf_export.AUTO_CLASSES
