@@ -1,4 +1,4 @@
-"""Show what a pre-trained checkpoint predicts for each [MASK] in a sentence.
+"""Show what a pre-trained checkpoint (or its ONNX export) predicts for each [MASK] in a sentence.
 
 Example:
     python scripts/fill_mask.py --cp demo/runs/run0/checkpoints/best.pt "the movie was [MASK] ."
@@ -12,7 +12,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from errors import UserError, exit_on_user_error  # noqa: E402
 from model import BertForMaskedLM  # noqa: E402
-from checkpoints import restore_model  # noqa: E402
+from onnx_model import OR_EXPORTED, restore_model  # noqa: E402
 
 
 def encode_with_masks(vocab, text: str, max_len: int) -> list[int]:
@@ -42,7 +42,7 @@ def fill_mask(model, vocab, text: str, top_k: int) -> list[list[tuple[str, float
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cp", type=Path, required=True, help="an MLM checkpoint")
+    parser.add_argument("--cp", type=Path, required=True, help="an MLM checkpoint" + OR_EXPORTED)
     parser.add_argument("text", nargs="+", help="sentences with [MASK] where a word is missing")
     parser.add_argument("-k", "--top-k", type=int, default=5, help="candidates to show (default 5)")
     return parser.parse_args(argv)

@@ -15,8 +15,8 @@ from torch import nn
 
 import checkpoints
 from errors import UserError
-from model import IGNORE_INDEX, ModelConfig, pool
-from architecture import ANSWERS, CLASSIFICATION, EMBEDDING, ENCODER, TOKENS, kind_of
+from model import IGNORE_INDEX, ModelConfig, pool, token_loss
+from architecture import ANSWERS, CLASSIFICATION, EMBEDDING, ENCODER, PRE_TRAINING, TOKENS, kind_of
 
 GRAPH = Path("onnx") / "model.onnx"  # where export_hf.py --onnx writes it
 INSTALL = "pip install onnx onnxruntime"  # what --onnx and running a graph need
@@ -50,6 +50,14 @@ def widened(values: torch.Tensor, width: int) -> torch.Tensor:
     """Values per token ([batch, tokens] or [batch, tokens, classes]) padded with zeros to `width` tokens."""
     extra = width - values.shape[1]
     return F.pad(values, (0, extra) if values.dim() == 2 else (0, 0, 0, extra))
+
+
+class OnnxMaskedLM(OnnxModel):
+    def forward(self, input_ids, positions, labels=None, attention_mask=None, segment_ids=None):
+        """The graph scores every token; our model's answer is its logits at `positions`."""
+        (logits,), _ = self.outputs(input_ids, attention_mask, segment_ids)
+        masked = logits.gather(1, positions.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
+        return masked, None if labels is None else token_loss(masked, labels)
 
 
 class OnnxSequenceClassification(OnnxModel):
@@ -87,7 +95,7 @@ class OnnxEmbedding(OnnxModel):
 
 
 # The class that runs a family's graph behind our model's call.
-ONNX_CLASSES = {CLASSIFICATION: OnnxSequenceClassification, TOKENS: OnnxTokenClassification,
+ONNX_CLASSES = {PRE_TRAINING: OnnxMaskedLM, CLASSIFICATION: OnnxSequenceClassification, TOKENS: OnnxTokenClassification,
                 ANSWERS: OnnxQuestionAnswering, EMBEDDING: OnnxEmbedding, ENCODER: OnnxEmbedding}
 
 

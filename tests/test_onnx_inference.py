@@ -1,4 +1,4 @@
-"""The inference scripts on an export's ONNX graph (onnx_model.py): classify.py, embed.py, ner.py and
+"""The inference scripts on an export's ONNX graph (onnx_model.py): classify.py, embed.py, ner.py, fill_mask.py and
 qa.py take the exported directory, or a .onnx file in its onnx/ folder, as they take the checkpoint,
 and give its answers (scores within 1e-4, the same labels, tags and spans); inputs are batched by
 length and come back in their order; a directory without a graph, or a file that is none, is one line."""
@@ -8,6 +8,7 @@ import pytest
 import classify
 import embed
 import export_hf
+import fill_mask
 import ner
 import onnx_model
 import qa
@@ -99,3 +100,13 @@ def test_a_directory_without_a_graph_or_a_file_that_is_none_is_one_line(vocab, t
     line = one_error_line(capsys, lambda: embed.main(["--cp", str(tmp_path / "hf" / "onnx" / "model.onnx"),
                                                       "-i", str(tmp_path / "texts.txt"), "--query", "x"]))
     assert line == f"error: {tmp_path / 'hf' / 'onnx' / 'model.onnx'}: a sst2 model; expected embed"
+
+
+def test_fill_mask_gives_the_checkpoints_candidates_through_the_graph(vocab, tmp_path):
+    ours, graph, fields = both(tmp_path, vocab, "mlm", "preln-rope-geglu", {"mlm": fill_mask.BertForMaskedLM})
+    assert fields["task"] == "mlm"
+    for text in ("a [MASK] film .", "[MASK] , and then [MASK] was wooden from the first scene ."):
+        expected, found = (fill_mask.fill_mask(model, vocab, text, 5) for model in (ours, graph))
+        assert [[token for token, _ in row] for row in found] == [[token for token, _ in row] for row in expected]
+        assert np.allclose([[p for _, p in row] for row in found], [[p for _, p in row] for row in expected],
+                           atol=1e-5)
