@@ -7,6 +7,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file
 
 import checkpoints
@@ -91,9 +92,15 @@ def read_vocab(directory: Path) -> Vocab:
     return load_tokenizer_json(directory / "tokenizer.json")
 
 
-def read_weights(directory: Path) -> dict[str, torch.Tensor]:
+def read_weights(directory: Path, shapes_only: bool = False) -> dict[str, torch.Tensor]:
+    """The directory's tensors; with shapes_only, of safetensors' shapes on the meta device (nothing
+    read but the header: what a graph's metadata needs)."""
     if (directory / "model.safetensors").is_file():
         try:
+            if shapes_only:
+                with safe_open(directory / "model.safetensors", "pt") as tensors:
+                    return {name: torch.empty(tensors.get_slice(name).get_shape(), device="meta")
+                            for name in tensors.keys()}
             return load_file(directory / "model.safetensors")
         except Exception as error:  # safetensors raises its own kind for a truncated or damaged file
             raise UserError(f"{directory / 'model.safetensors'}: not readable ({error})") from None
@@ -239,9 +246,10 @@ def convert(directory: Path, output: Path, memory_limit: float | None = None) ->
     return report
 
 
-def read_model(directory: Path, memory_limit: float | None = None) -> tuple[dict, dict]:
+def read_model(directory: Path, memory_limit: float | None = None, shapes_only: bool = False) -> tuple[dict, dict]:
     """The checkpoint a directory makes (checkpoints.make_state's contents), in memory, and what
-    became of its weights: {"task", "unused", "fresh"}. A distillation's teacher is read so, unsaved."""
+    became of its weights: {"task", "unused", "fresh"}. A distillation's teacher is read so, unsaved;
+    an ONNX graph's metadata with shapes_only (the weights on the meta device, the file unread)."""
     config_file = directory / "config.json"
     config = read_config(directory)
     vocab = read_vocab(directory)
@@ -249,7 +257,7 @@ def read_model(directory: Path, memory_limit: float | None = None) -> tuple[dict
         raise UserError(f"{directory}: the vocabulary has {vocab.size} tokens but config.json says "
                         f"{config['vocab_size']}")
     check_size(config_file, config, architecture_of(config_file, config, vocab, "encoder", {}), memory_limit)
-    weights, unused = our_weights(config, read_weights(directory))
+    weights, unused = our_weights(config, read_weights(directory, shapes_only))
     task = task_of(config, weights)
     architecture = architecture_of(config_file, config, vocab, task, weights)
     embedding = embedding_settings(directory, architecture.max_len) if task == "encoder" else None

@@ -110,3 +110,18 @@ def test_fill_mask_gives_the_checkpoints_candidates_through_the_graph(vocab, tmp
         assert [[token for token, _ in row] for row in found] == [[token for token, _ in row] for row in expected]
         assert np.allclose([[p for _, p in row] for row in found], [[p for _, p in row] for row in expected],
                            atol=1e-5)
+
+
+def test_the_graphs_metadata_reads_no_weights(vocab, tmp_path, monkeypatch):
+    """The graph holds the weights: beside it the directory gives shapes alone (safetensors' header)."""
+    import hf_import
+    checkpoint = random_checkpoint(tmp_path / "model.pt", vocab, "sst2", LAYOUTS["bert"])
+    export_hf.export(checkpoint, tmp_path / "hf", onnx=True)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the weights were read")
+
+    monkeypatch.setattr(hf_import, "load_file", refused)
+    graph, _, fields = onnx_model.restore_model(tmp_path / "hf", CLASSIFIERS)
+    assert fields["task"] == "sst2" and isinstance(graph, onnx_model.OnnxModel)
+    assert all(tensor.is_meta for tensor in fields["model"].values())
