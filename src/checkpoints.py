@@ -35,7 +35,8 @@ KEY_TYPES = {"task": str, "step": int, "tokens": int, "model": dict, "optimizer"
              "model_config": dict, "vocab_checksum": str, "vocab": list, "vocab_lowercase": bool, "config": dict,
              "data_position": (dict, NONE), "rng_per_rank": list, "best": (float, int, NONE),
              "elapsed": (float, int), "data": (str, NONE), "start": (str, NONE), "lineage": list,
-             "imported_from": (str, NONE), "log_sums_per_rank": list, "decay_branch": bool, "checksum": str}
+             "imported_from": (str, NONE), "log_sums_per_rank": list, "decay_branch": bool, "autocast": (str, NONE),
+             "checksum": str}
 # Free to differ between a checkpoint and the run starting from it: pre-training heads come and go.
 FREE_MODEL_FIELDS = ("dropout", "num_labels", "causal", "sentence_classes", "generator_heads", "label_names")
 # Free to differ in a new run from a checkpoint's weights, not in a resumed one: a longer-context
@@ -44,7 +45,7 @@ PHASE_MODEL_FIELDS = ("max_len", "rope_theta")
 # ModelConfig fields younger than the format, with the value a checkpoint without one was trained with.
 ADDED_MODEL_FIELDS = {"rope_theta": ROPE_THETA, "label_names": ()}
 # Entries younger than the format, with the value a checkpoint without one means.
-ADDED_KEYS = {"decay_branch": False}
+ADDED_KEYS = {"decay_branch": False, "autocast": None}
 
 
 def make_state(*, task: str, weights: dict, model_config: ModelConfig, vocab: Vocab, config: dict, step: int = 0,
@@ -52,19 +53,20 @@ def make_state(*, task: str, weights: dict, model_config: ModelConfig, vocab: Vo
                rng_per_rank: list | None = None, best: float | None = None, elapsed: float = 0.0,
                data: str | None = None, start: str | None = None, lineage: list | None = None,
                imported_from: str | None = None, log_sums_per_rank: list | None = None,
-               decay_branch: bool = False) -> dict:
+               decay_branch: bool = False, autocast: str | None = None) -> dict:
     """Everything a checkpoint holds: the model's weights (state dict) and architecture, the run's
     settings (Config.to_dict()); to resume, the optimizer, data position, one dict of random states
     and of the log's sums per rank, and the seconds of training so far (what a time budget counts);
     its history: the data it trained on, the checkpoint it started from and that one's lineage, or
     the directory it was imported from; decay_branch: the run is --decay-from's, its lr-scheduler
-    computed when it branched (a resume reads it from here)."""
+    computed when it branched (a resume reads it from here); autocast: the dtype the run's steps ran
+    in (dtype = auto measured it: a resume keeps it)."""
     return {"format": FORMAT, "task": task, "step": step, "tokens": tokens, "model": weights,
             "optimizer": optimizer, "config": config, "model_config": asdict(model_config),
             "vocab_checksum": vocab.checksum, "vocab": list(vocab.tokens), "vocab_lowercase": vocab.lowercase,
             "data_position": data_position, "rng_per_rank": rng_per_rank or [], "best": best, "elapsed": elapsed,
             "data": data, "start": start, "lineage": lineage or [], "imported_from": imported_from,
-            "log_sums_per_rank": log_sums_per_rank or [], "decay_branch": decay_branch}
+            "log_sums_per_rank": log_sums_per_rank or [], "decay_branch": decay_branch, "autocast": autocast}
 
 
 def stage(checkpoint: dict) -> dict:

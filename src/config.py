@@ -264,7 +264,9 @@ class Config:
     device: str = key("auto", "auto, cpu, cuda or cuda:N",
                       Rule(lambda value: re.fullmatch(r"auto|cpu|cuda(:\d+)?", value) is not None,
                            "auto, cpu, cuda or cuda:N"), group="Speed")
-    dtype: str = key("auto", "auto, bfloat16, float16 or float32", one_of("auto", "bfloat16", "float16", "float32"))
+    dtype: str = key("auto", "auto, bfloat16, float16 or float32; auto on a CPU with bf16: the faster of float32 "
+                     "and bfloat16 for this model, timed at the start",
+                     one_of("auto", "bfloat16", "float16", "float32"))
     compile: bool = key(False, "torch.compile: slow first steps, faster after")
     fused_adamw: bool = key(True, "the fused AdamW kernel (optimizer = adamw)")
     async_to_device: bool = key(True, "pinned host memory and non-blocking copies to the GPU")

@@ -5,6 +5,7 @@ import os
 import resource
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -78,7 +79,8 @@ def cpu_supports_bf16() -> bool:
 
 
 def select_dtype(name: str, device: torch.device) -> torch.dtype:
-    """Autocast dtype: bf16 where the hardware has it, else fp16 on CUDA (with a GradScaler), else fp32."""
+    """Autocast dtype: bf16 where the hardware has it, else fp16 on CUDA (with a GradScaler), else fp32;
+    on a CPU with bf16, auto's bf16 is a first guess that run_start.settle_dtype times against fp32."""
     if name != "auto":
         return getattr(torch, name)
     if device.type == "cuda":
@@ -118,6 +120,17 @@ def measure_matmul_flops(device: torch.device, dtype: torch.dtype, tries: int = 
     """The matmul rate this device reaches now, the best of several short tries: a busy moment
     lowers one try, not the best."""
     return max(matmul_flops_once(device, dtype) for _ in range(tries))
+
+
+def seconds_per_call(call: Callable[[], object], tries: int = 3) -> float:
+    """The fastest of `tries` timed calls of a CPU function, after one untimed (its first-call costs)."""
+    call()
+    times = []
+    for _ in range(tries):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return min(times)
 
 
 def synchronize(device: torch.device):

@@ -84,9 +84,16 @@ class Trainer:
         self.rank = rank
         self.world_size = world_size
         self.device = task.device
-        self.dtype = hardware.select_dtype(config.dtype, self.device)
-        self.autocast = torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32)
-        self.starter = RunStarter(config, task, self.dtype, rank, world_size)
+        self.starter = RunStarter(config, task, hardware.select_dtype(config.dtype, self.device), rank, world_size)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The autocast dtype: the config's, or what dtype = auto settled on when the run started."""
+        return self.starter.dtype
+
+    @property
+    def autocast(self) -> torch.autocast:
+        return torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32)
 
     def fit(self, checkpoint_path: Path | None = None, saved: dict | None = None, *, switch_training: bool = False,
             load_optimizer: bool = True, branch: bool = False, stop: StopRequest | None = None) -> Path:
@@ -305,7 +312,8 @@ class Trainer:
                 step=run.step, tokens=run.tokens, optimizer=run.optimizer.state_dict(),
                 data_position=run.position, rng_per_rank=rng_per_rank, best=run.best, elapsed=run.elapsed,
                 data=self.task.data_source, start=run.start, lineage=run.lineage,
-                log_sums_per_rank=[sums for _, sums in per_rank], decay_branch=run.decay_branch)
+                log_sums_per_rank=[sums for _, sums in per_rank], decay_branch=run.decay_branch,
+                autocast=str(self.dtype).removeprefix("torch."))
             if kind == "best":
                 checkpoints.save(directory / "best.pt", state)
             else:
