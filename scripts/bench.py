@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 from masking import MaskingRule, mask_tokens, predictions_per_sequence  # noqa: E402
 from model import IGNORE_INDEX, BertForMaskedLM, BertForSequenceClassification, ModelConfig, flops_per_token  # noqa: E402
-from hardware import measure_matmul_flops, select_device, select_dtype, synchronize  # noqa: E402
+from hardware import peak_flops, select_device, select_dtype, synchronize  # noqa: E402
 
 SIZES = {"small": (2, 128, 2), "medium": (4, 256, 4), "original": (6, 768, 12)}  # layers, width, heads
 VOCAB_SIZE, SEQ_LEN, SPECIAL_IDS, MASK_ID = 30522, 128, torch.tensor([0, 100, 101, 102, 103]), 103
@@ -398,11 +398,11 @@ def main(argv=None):
         print(json.dumps({"mib": mib}))
         return
     dtype = select_dtype("auto", device)
-    peak = measure_matmul_flops(device, dtype)
+    peak, source = peak_flops(device, dtype, 0.0)  # the trainer's and gpu_check.py's peak, found the same way
     print(f"device {device}, {torch.get_num_threads()} threads, autocast {dtype_name(dtype)}, "
           f"batch {args.batch_size} x {SEQ_LEN}, vocab {VOCAB_SIZE}, "
           f"median of {args.rounds} rounds of {args.steps} steps")
-    print(f"measured matmul peak (1024^3) in {dtype_name(dtype)}: {peak / 1e9:,.1f} GFLOP/s")
+    print(f"matmul peak in {dtype_name(dtype)}: {peak / 1e9:,.1f} GFLOP/s, {source}")
     if args.sizes:
         print_mlm_tables(args, device, dtype, peak)
     if args.finetune_sizes:
