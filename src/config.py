@@ -248,8 +248,8 @@ class Config:
     max_iters: int = key(10_000, "optimizer steps in the whole run (with a time budget: a cap)", at_least(1))
     epochs: float = key(0.0, "fine-tuning: the run's length in passes over the training examples (sets max-iters "
                              "and lr-decay-iters); 0: max-iters", at_least(0))
-    stop_at: Target | None = key(None, "end the run at the first validation where METRIC reaches VALUE (accuracy:0.35, "
-                           "loss:4): time to a target, as MLPerf compares recipes; empty: never")
+    stop_at: Target | None = key(None, "end the run at the first validation where METRIC reaches VALUE "
+                                 "(accuracy:0.35, loss:4): time to a target, as MLPerf compares recipes; empty: never")
     time_budget: Duration = key(Duration(0.0), "training time for the whole run (90s, 30m, 2h); 0: none")
     optimizer: str = key("adamw", "adamw, or stable-adamw: AdamW with Adafactor's update clipping per tensor "
                                   "(ModernBERT's; stable without grad-clip)", one_of("adamw", "stable-adamw"))

@@ -24,19 +24,18 @@ import numpy as np
 import torch
 from torch import nn
 
+from architecture import ANSWERS, CLASSIFICATION, EMBEDDING, ENCODER, PRE_TRAINING, TOKENS, kind_of
+from config import FINE_TUNING_TASKS
 from errors import UserError
 from model import (BertForEmbedding, BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification,
                    BertForTokenClassification, ModelConfig)
 from onnx_model import INSTALL, onnx_class
-from architecture import ANSWERS, CLASSIFICATION, EMBEDDING, ENCODER, PRE_TRAINING, TOKENS, kind_of, tasks_of
 
 TOLERANCE = 1e-4  # the largest difference a float32 output may have from ours, times its scale past 1
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OPSET = 17
 QUANTIZED_FILE = "onnx/model_qint8.onnx"
 QUANTIZATION_REPORT = "onnx/quantization.json"
-# The tasks whose validation split scores a graph through onnx_model's classes: the fine-tuned ones.
-SCORED_TASKS = tasks_of(CLASSIFICATION, TOKENS, ANSWERS, EMBEDDING)
 # The pre-training whose graph a runtime's class takes (ORTModelForMaskedLM): MLM's.
 GRAPH_PRE_TRAINING = ("mlm",)
 # Our model class whose outputs a family's graph gives, and the graph's outputs.
@@ -203,7 +202,7 @@ def check_graphable(checkpoint: dict, path: Path):
 def check_quantizable(checkpoint: dict, path: Path):
     """--quantize scores a fine-tuned task's validation split: a pre-training's checkpoint is refused first."""
     task = checkpoint["task"]
-    if task not in SCORED_TASKS:
+    if task not in FINE_TUNING_TASKS:  # their validation split scores a graph through onnx_model's classes
         raise UserError(f"{path}: a {task} checkpoint: --quantize scores the graphs on a fine-tuning task's "
                         f"validation split; quantize a fine-tuned model")
 

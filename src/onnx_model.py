@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import checkpoints
+from architecture import ANSWERS, CLASSIFICATION, EMBEDDING, ENCODER, PRE_TRAINING, TOKENS, kind_of
 from errors import UserError
 from model import IGNORE_INDEX, ModelConfig, pool, token_loss
-from architecture import ANSWERS, CLASSIFICATION, EMBEDDING, ENCODER, PRE_TRAINING, TOKENS, kind_of
 
 GRAPH = Path("onnx") / "model.onnx"  # where export_hf.py --onnx writes it
 INSTALL = "pip install onnx onnxruntime"  # what --onnx and running a graph need

@@ -54,12 +54,16 @@ class Schedule(NamedTuple):
 
     def __str__(self) -> str:
         """The shortest text that reads back the same: arguments at their defaults left off the end."""
-        arguments = {"steplr": (self.step, number_text(self.gamma)), "one-cycle": (number_text(self.peak),),
-                     "wsd": (number_text(self.decay), self.shape)}.get(self.name, ())
-        defaults = {"one-cycle": ("0.5",), "wsd": ("0.2", "sqrt")}.get(self.name, ())
-        while arguments and defaults and str(arguments[-1]) == defaults[len(arguments) - 1]:
-            arguments = arguments[:-1]
-        return ":".join((self.name, *map(str, arguments)))
+        defaults = Schedule._field_defaults
+        if self.name == "steplr":
+            return f"steplr:{self.step}:{number_text(self.gamma)}"
+        if self.name == "one-cycle" and self.peak != defaults["peak"]:
+            return f"one-cycle:{number_text(self.peak)}"
+        if self.name == "wsd" and self.shape != defaults["shape"]:
+            return f"wsd:{number_text(self.decay)}:{self.shape}"
+        if self.name == "wsd" and self.decay != defaults["decay"]:
+            return f"wsd:{number_text(self.decay)}"
+        return self.name
 
 
 WSD_SHAPES = ("sqrt", "linear")
