@@ -11,9 +11,11 @@ a killed check still leaves what it did. The steps, in order of value:
   numerics     the demo's MLM template (etc/templates/config_cpu.ini) for 50 steps in float32 eager,
                then in bf16 autocast with torch.compile and fused AdamW: same seed and data; the two
                loss curves, the mean of their last 10 steps within 2% of each other
-  throughput   6 x 768 (the original project's size) and 12 x 768 (BERT-base) at seq-len 128 and 512,
-               the largest batch that fits, ours compiled against transformers' BertForMaskedLM (sdpa),
-               both bf16: tokens/s, MFU, peak memory, compile time, the attention kernel that ran
+  throughput   6 x 768 (the original project's size) and 12 x 768 (BERT-base) at seq-len 128, BERT-base
+               without dropout (as recent recipes pre-train) and at seq-len 512; the largest batch that
+               fits, ours compiled against transformers' BertForMaskedLM (sdpa), both bf16: tokens/s, MFU,
+               peak memory, compile time, the attention kernel that ran, and one profiled step's device
+               time by kind (matmuls, attention, norms, optimizer, ...) with its longest kernels
   loader       the data path alone (the demo's shards to masked batches on the device, no model), one
                process: its tokens/s against what each of our throughput rows at the demo's seq-len consumes
   fine-tuning  SST-2 from the numerics step's checkpoint (config_sst2_cpu.ini), then --test on it
@@ -72,7 +74,8 @@ TOTAL_SECONDS = 480  # the issue's limit on one H100; each step's budget is also
 # near 7 is 0.14 nats, above the wobble of a 10-step mean and far below what a real fault opens
 # (a wrong mask, a broken fused kernel, an overflow: tens of percent, or nan).
 FINAL_STEPS, RELATIVE_TOLERANCE = 10, 0.02
-CELL_SECONDS = 45  # a throughput row on a GPU: the batch search, compiling BERT-base (the most of it), timing
+CELL_SECONDS = 45  # a compiled throughput row on a GPU: the batch search, compiling BERT-base (the most of it), timing
+EAGER_CELL_SECONDS = 15  # an eager row: the search and the timing alone (H200: 10 s at BERT-base, seq-len 512)
 # Exported logits against ours, both in float32: bf16's tolerance (torch.testing's rtol for bf16)
 # leaves room for another kernel order, and catches a wrong weight or layout, which moves logits by O(1).
 LOGITS_RTOL, LOGITS_ATOL = 1.6e-2, 1e-2
@@ -88,6 +91,11 @@ class Shape(NamedTuple):
     width: int
     heads: int
     seq_len: int
+    dropout: float = 0.1  # BERT's; recent recipes pre-train without
+
+    @property
+    def model(self) -> str:
+        return f"{self.layers} x {self.width}" + ("" if self.dropout else ", no dropout")
 
 
 @dataclass(frozen=True)
@@ -105,7 +113,7 @@ class Sizes:
 
 
 FULL = Sizes(mlm_steps=50, fine_tuning_steps=200, glue_steps=100, timed_steps=10,
-             shapes=(Shape(6, 768, 12, 128), Shape(12, 768, 12, 128), Shape(6, 768, 12, 512),
+             shapes=(Shape(6, 768, 12, 128), Shape(12, 768, 12, 128), Shape(12, 768, 12, 128, dropout=0.0),
                      Shape(12, 768, 12, 512)),
              budgets={"numerics": 90, "throughput": 180, "loader": 15, "fine-tuning": 45, "export": 20,
                       "glue": 45, "documents": 40, "cuda tests": 45})
@@ -231,6 +239,7 @@ class TheirsAt(bench.TrainingStep):
         from transformers import BertForMaskedLM as HuggingFaceBert
         config = BertConfig(vocab_size=bench.VOCAB_SIZE, hidden_size=shape.width, num_hidden_layers=shape.layers,
                             num_attention_heads=shape.heads, intermediate_size=4 * shape.width,
+                            hidden_dropout_prob=shape.dropout, attention_probs_dropout_prob=shape.dropout,
                             max_position_embeddings=shape.seq_len, attn_implementation="sdpa")
         super().__init__(HuggingFaceBert(config), False, device, dtype)
         self.generator = torch.Generator().manual_seed(0)
@@ -238,7 +247,7 @@ class TheirsAt(bench.TrainingStep):
 
 def our_config(shape: Shape) -> ModelConfig:
     return ModelConfig(vocab_size=bench.VOCAB_SIZE, max_len=shape.seq_len, d_model=shape.width, heads=shape.heads,
-                       n_layer=shape.layers, d_ff=4 * shape.width)
+                       n_layer=shape.layers, d_ff=4 * shape.width, dropout=shape.dropout)
 
 
 def throughput(check: Check, numbers: dict):
@@ -255,10 +264,11 @@ def throughput(check: Check, numbers: dict):
     for shape in check.sizes.shapes:
         for side in (OursAt, TheirsAt):
             compiled = check.compiles and side is OursAt
-            row = {"model": f"{shape.layers} x {shape.width}", "seq_len": shape.seq_len, "side": side.name,
+            row = {"model": shape.model, "seq_len": shape.seq_len, "side": side.name,
                    "compiled": compiled}
             numbers["rows"].append(row)
-            if check.seconds_left() < CELL_SECONDS and check.device.type == "cuda":
+            cell_seconds = CELL_SECONDS if compiled else EAGER_CELL_SECONDS
+            if check.seconds_left() < cell_seconds and check.device.type == "cuda":
                 row["status"] = "skipped: the step's time budget is spent"
                 continue
             row.update(measured_row(side, shape, check, dtype, compiled, peak))
@@ -339,7 +349,7 @@ def timed(runner, shape: Shape, batch: int, check: Check, peak: float) -> dict:
     return {"tokens_per_sec": tokens_per_sec, "mfu": useful_flops_per_token(shape) * tokens_per_sec / peak,
             "first_step_seconds": first, "step_seconds": seconds,
             "peak_memory_mib": torch.cuda.max_memory_allocated(device) / 2 ** 20 if device.type == "cuda" else None,
-            "attention": attention_kernels(runner, ids, device)}
+            } | profiled_step(runner, ids, device, seconds)
 
 
 def token_ids(batch: int, seq_len: int, device) -> torch.Tensor:
@@ -355,18 +365,49 @@ def useful_flops_per_token(shape: Shape) -> float:
 
 
 # Substrings of the operator and kernel names torch.profiler records for each attention kernel.
-ATTENTION_KERNELS = (("cudnn", ("cudnn_attention",)), ("flash", ("flash_attention", "flash_fwd", "flash_bwd")),
+ATTENTION_KERNELS = (("cudnn", ("cudnn_attention", "native_sdpa")),
+                     ("flash", ("flash_attention", "flash_fwd", "flash_bwd")),
                      ("memory-efficient", ("efficient_attention", "fmha_cutlass")), ("math", ("attention_math",)))
+# Where a step's time goes: each kernel (on a GPU) or operator (on a CPU) in the first kind one of
+# whose substrings its name holds; attention first, since its fused kernels' names hold "gemm" too.
+TIME_KINDS = (("attention", ("attention", "flash", "fmha", "sdpa")),
+              ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "aten::mm", "aten::addmm", "aten::bmm")),
+              ("optimizer", ("adam", "multi_tensor")),
+              ("norm", ("layer_norm", "rms_norm")),
+              ("softmax and loss", ("softmax", "nll", "cross_entropy")),
+              ("copies", ("memcpy", "memset")))
 
 
-def attention_kernels(runner, ids: torch.Tensor, device) -> str:
-    """Which of SDPA's kernels one profiled step ran (several where forward and backward differ)."""
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+LONGEST_KERNELS, KERNEL_NAME_CHARACTERS = 6, 70  # in the report: which kernels a kind's share is made of
+
+
+def profiled_step(runner, ids: torch.Tensor, device, step_seconds: float) -> dict:
+    """One step under torch.profiler: which of SDPA's kernels ran (several where forward and backward
+    differ), each kind's share of the device's busy time (TIME_KINDS; "other" holds the fused
+    elementwise kernels: GELU, dropout, residual adds), and that busy time's share of a timed step
+    (below 1: the device waits on the host); the longest kernels by name, with their shares."""
+    on_gpu = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
     with profile(activities=activities) as profiler:
         bench.seconds_per_step(runner, ids, 1, device)
-    names = [event.key.lower() for event in profiler.key_averages()]
+    events = profiler.key_averages()
+    names = [event.key.lower() for event in events]
     found = [kernel for kernel, parts in ATTENTION_KERNELS if any(part in name for part in parts for name in names)]
-    return ", ".join(found) or "none of SDPA's (unfused attention)"
+    timed_events = [(event.key, event.self_device_time_total if on_gpu else event.self_cpu_time_total)
+                    for event in events if not on_gpu or event.device_type == torch.autograd.DeviceType.CUDA]
+    busy = {kind: 0.0 for kind, _ in TIME_KINDS} | {"other": 0.0}
+    for name, microseconds in timed_events:
+        busy[time_kind(name.lower())] += microseconds
+    total = sum(busy.values()) or 1.0
+    longest = sorted(timed_events, key=lambda event: -event[1])[:LONGEST_KERNELS]
+    shares = {f"{kind} %": 100 * us / total for kind, us in busy.items()}
+    longest_text = "; ".join(f"{name[:KERNEL_NAME_CHARACTERS]} {100 * us / total:.1f}%" for name, us in longest)
+    return {"attention": ", ".join(found) or "none of SDPA's (unfused attention)",
+            "busy_share_of_step": total / 1e6 / step_seconds} | shares | {"longest kernels": longest_text}
+
+
+def time_kind(name: str) -> str:
+    return next((kind for kind, parts in TIME_KINDS if any(part in name for part in parts)), "other")
 
 
 def free_memory(device):
