@@ -60,6 +60,7 @@ import checkpoints  # noqa: E402
 import export_hf  # noqa: E402
 import hardware  # noqa: E402
 import main as training  # noqa: E402
+import profile_step  # noqa: E402
 from atomic import atomic_write  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from ini import load_config  # noqa: E402
@@ -368,22 +369,12 @@ def useful_flops_per_token(shape: Shape) -> float:
 ATTENTION_KERNELS = (("cudnn", ("cudnn_attention", "native_sdpa")),
                      ("flash", ("flash_attention", "flash_fwd", "flash_bwd")),
                      ("memory-efficient", ("efficient_attention", "fmha_cutlass")), ("math", ("attention_math",)))
-# Where a step's time goes: each kernel (on a GPU) or operator (on a CPU) in the first kind one of
-# whose substrings its name holds; attention first, since its fused kernels' names hold "gemm" too.
-TIME_KINDS = (("attention", ("attention", "flash", "fmha", "sdpa")),
-              ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "aten::mm", "aten::addmm", "aten::bmm")),
-              ("optimizer", ("adam", "multi_tensor")),
-              ("norm", ("layer_norm", "rms_norm")),
-              ("softmax and loss", ("softmax", "nll", "cross_entropy")),
-              ("copies", ("memcpy", "memset")))
-
-
 LONGEST_KERNELS, KERNEL_NAME_CHARACTERS = 6, 70  # in the report: which kernels a kind's share is made of
 
 
 def profiled_step(runner, ids: torch.Tensor, device, step_seconds: float) -> dict:
     """One step under torch.profiler: which of SDPA's kernels ran (several where forward and backward
-    differ), each kind's share of the device's busy time (TIME_KINDS; "other" holds the fused
+    differ), each kind's share of the device's busy time (profile_step.TIME_KINDS; "other" holds the fused
     elementwise kernels: GELU, dropout, residual adds), and that busy time's share of a timed step
     (below 1: the device waits on the host); the longest kernels by name, with their shares."""
     on_gpu = device.type == "cuda"
@@ -393,21 +384,14 @@ def profiled_step(runner, ids: torch.Tensor, device, step_seconds: float) -> dic
     events = profiler.key_averages()
     names = [event.key.lower() for event in events]
     found = [kernel for kernel, parts in ATTENTION_KERNELS if any(part in name for part in parts for name in names)]
-    timed_events = [(event.key, event.self_device_time_total if on_gpu else event.self_cpu_time_total)
-                    for event in events if not on_gpu or event.device_type == torch.autograd.DeviceType.CUDA]
-    busy = {kind: 0.0 for kind, _ in TIME_KINDS} | {"other": 0.0}
-    for name, microseconds in timed_events:
-        busy[time_kind(name.lower())] += microseconds
+    timed_events = profile_step.timed_events(events, on_gpu)
+    busy = profile_step.time_by_kind(timed_events)
     total = sum(busy.values()) or 1.0
     longest = sorted(timed_events, key=lambda event: -event[1])[:LONGEST_KERNELS]
     shares = {f"{kind} %": 100 * us / total for kind, us in busy.items()}
     longest_text = "; ".join(f"{name[:KERNEL_NAME_CHARACTERS]} {100 * us / total:.1f}%" for name, us in longest)
     return {"attention": ", ".join(found) or "none of SDPA's (unfused attention)",
             "busy_share_of_step": total / 1e6 / step_seconds} | shares | {"longest kernels": longest_text}
-
-
-def time_kind(name: str) -> str:
-    return next((kind for kind, parts in TIME_KINDS if any(part in name for part in parts)), "other")
 
 
 def free_memory(device):

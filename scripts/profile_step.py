@@ -7,10 +7,10 @@
 Builds the run as main.py does (task, model, optimizer, data, compile, dtype: every config key
 applies, and any key can be overridden as for main.py), runs --warmup steps, times --steps
 steps as the training log does (tokens/s, MFU against the matmul peak), then profiles as many
-more and prints two markdown tables: the step's phases (trainer.PHASES, as Trainer.train_step
+more and prints three markdown tables: the step's phases (trainer.PHASES, as Trainer.train_step
 records them), each with the time its operators took and the time between them (Python and the
-framework), and the operators that took the most time themselves. Nothing is written under
-base-dir/runs.
+framework); the time by kind of work (matmuls, attention, norms, the optimizer, ...: TIME_KINDS);
+and the operators that took the most time themselves. Nothing is written under base-dir/runs.
 """
 import argparse
 import sys
@@ -70,6 +70,48 @@ def profile_steps(trainer: Trainer, run, batches, meter, steps: int):
     return profiler.key_averages()
 
 
+# Where a step's time goes: each kernel (on a GPU) or operator (elsewhere) in the first kind one of
+# whose substrings its name holds; attention first, since its fused kernels' names hold "gemm" too.
+# Inductor names a fused kernel by what it holds (a norm with its residual add: "norm").
+TIME_KINDS = (("attention", ("attention", "flash", "fmha", "sdpa")),
+              ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "aten::mm", "aten::addmm", "aten::bmm",
+                          "linear")),
+              ("optimizer", ("adam", "multi_tensor")),
+              ("norm", ("layer_norm", "rms_norm")),
+              ("softmax and loss", ("softmax", "nll", "cross_entropy")),
+              ("copies and casts", ("memcpy", "memset", "aten::copy_", "aten::_to_copy")))
+
+
+def time_kind(name: str) -> str:
+    lowered = name.lower()
+    return next((kind for kind, parts in TIME_KINDS if any(part in lowered for part in parts)), "other")
+
+
+def timed_events(events, on_gpu: bool) -> list[tuple[str, float]]:
+    """(name, microseconds) of what did the work: each GPU kernel's device time, or each CPU operator's
+    own time (the phases' and profiler steps' own time is the framework's, between operators)."""
+    if on_gpu:
+        return [(event.key, event.self_device_time_total) for event in events
+                if event.device_type == torch.autograd.DeviceType.CUDA]
+    return [(event.key, event.self_cpu_time_total) for event in events
+            if event.key not in PHASES and not event.key.startswith("ProfilerStep")]
+
+
+def time_by_kind(timed: list[tuple[str, float]]) -> dict[str, float]:
+    """Microseconds by TIME_KINDS' kind, and "other" (elementwise work: GELU, dropout, adds, casts)."""
+    totals = {kind: 0.0 for kind, _ in TIME_KINDS} | {"other": 0.0}
+    for name, microseconds in timed:
+        totals[time_kind(name)] += microseconds
+    return totals
+
+
+def kind_table(events, steps: int, device: torch.device) -> list[str]:
+    totals = time_by_kind(timed_events(events, device.type == "cuda"))
+    whole = sum(totals.values()) or 1.0
+    lines = ["| kind of work | ms per step | share of operator time |", "|---|---:|---:|"]
+    return lines + [f"| {kind} | {us / steps / 1e3:.2f} | {us / whole:.1%} |" for kind, us in totals.items()]
+
+
 def phase_table(events, seconds_per_step: float) -> list[str]:
     """Each phase's time per step: inside operators, and the rest (Python, the framework)."""
     by_name = {event.key: event for event in events}
@@ -114,6 +156,8 @@ def main(argv=None):
           f"compile {str(config.compile).lower()}: {seconds_per_step * 1e3:.1f} ms per step, "
           f"{tokens_per_sec:,.0f} tokens/s, MFU {mfu:.1%}\n")
     print("\n".join(phase_table(events, seconds_per_step)))
+    print()
+    print("\n".join(kind_table(events, args.steps, trainer.device)))
     print()
     print("\n".join(operator_table(events, args.steps, args.rows, trainer.device)))
 

@@ -10,6 +10,7 @@ import pytest
 
 import gpu_check
 import make_demo
+import profile_step
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,7 +51,7 @@ def test_quick_runs_every_step_and_writes_both_reports(demo, tmp_path):
     rows = steps["throughput"]["numbers"]["rows"]
     assert [row["side"] for row in rows] == ["ours", "transformers"]
     for row in rows:  # the CPU's operators: the matmuls are found, and the kinds' shares add up
-        assert row["matmul %"] > 10 and sum(row[f"{kind} %"] for kind, _ in gpu_check.TIME_KINDS) + row[
+        assert row["matmul %"] > 10 and sum(row[f"{kind} %"] for kind, _ in profile_step.TIME_KINDS) + row[
             "other %"] == pytest.approx(100)
     loader = steps["loader"]["numbers"]
     assert loader["loader_tokens_per_sec"] > 0 and [row["model"] for row in loader["rows"]] == ["2 x 64"]
@@ -150,25 +151,6 @@ def test_a_batch_that_runs_out_of_memory_when_timed_is_halved_and_said(monkeypat
     row = gpu_check.timed_at_largest(lambda *arguments: None, shape, 64, check, torch.float32, False, 1e12)
     assert (row["status"], row["batch"]) == ("ok (the search's 64 ran out of memory when timed)", 16)
     assert row["tokens_per_sec"] == pytest.approx(16 * 128 / 0.1)
-
-
-@pytest.mark.parametrize("name, kind", [
-    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x128", "attention"),
-    ("void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<...>", "attention"),
-    ("fmha_cutlassf_bf16_aligned_64x64_rf_sm80", "attention"),
-    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "matmul"),
-    ("nvjet_tst_192x192_64x4_1x2_h_bz_coopb_tnt", "matmul"),
-    ("aten::addmm", "matmul"),
-    ("void at::native::multi_tensor_apply_kernel<at::native::fusedadammathfunctor<float, 4>>", "optimizer"),
-    ("triton_per_fused_add_native_layer_norm_native_layer_norm_backward_7", "norm"),
-    ("triton_red_fused__log_softmax_nll_loss_forward_3", "softmax and loss"),
-    ("memcpy htod (pageable -> device)", "copies"),
-    ("triton_poi_fused_gelu_gelu_backward_5", "other"),
-])
-def test_a_profiled_kernel_is_counted_under_its_kind(name, kind):
-    """Names as torch.profiler records them on an H100/H200 (cuDNN, flash and cutlass attention, cuBLAS
-    and nvjet GEMMs, inductor's Triton kernels) and on a CPU (aten operators)."""
-    assert gpu_check.time_kind(name) == kind
 
 
 @pytest.mark.parametrize("arguments, message", [
