@@ -3,7 +3,8 @@ answers' texts and character starts, read from SQuAD's JSON or Hugging Face's pa
 checked (a bad value is one line naming the file and the question), then encoded as BERT reads them:
 `[CLS] question [SEP] context window [SEP]`, a long context cut into windows that overlap by
 doc-stride pieces (the windows of transformers' run_qa.py, its tokenizer's overflow), the answer's
-first and last piece in each window that holds it whole, else [CLS].
+first and last piece in each window that holds it whole, else [CLS]. Unlike run_qa, a question is
+cut at max-query-length pieces (run_qa keeps it whole).
 """
 import json
 from dataclasses import dataclass

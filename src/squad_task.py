@@ -5,10 +5,11 @@ official scripts do.
 The model gives every token a start and an end logit. A question's answer is chosen as
 transformers' run_qa.py chooses it (postprocess_qa_predictions in its utils_qa.py): in each window
 a start among the window's 20 highest start logits and an end among its 20 highest end logits
-([CLS] and the question's pieces among them), both in the context, the end not before the start,
-at most max-answer-length pieces; the best such span over all the windows by the two logits' sum.
-For squad_v2 the no-answer score is [CLS]'s (the lowest over the windows), and the answer is empty
-where it beats the best span's by more than null-score-threshold. best.pt goes by F1.
+([CLS] and the question's pieces among them; padding never, where run_qa's may), both in the
+context, the end not before the start, at most max-answer-length pieces; the best such span over
+all the windows by the two logits' sum. For squad_v2 the no-answer score is [CLS]'s (the lowest over
+the windows), and the answer is empty where it beats the best span's by more than
+null-score-threshold. best.pt goes by F1.
 """
 from dataclasses import dataclass
 
