@@ -105,6 +105,8 @@ CROSS_FIELD_RULES = (
     f"epochs = {v['epochs']} and time-budget = {v['time_budget']}: give one run length, not both",
     lambda v: None if v["task_type"] != "distill" or v["teacher"] else
     "task-type = distill needs teacher = PATH (a transformers or sentence-transformers directory, or a checkpoint)",
+    lambda v: None if not v["logit_weight"] or v["task_type"] == "distill" else
+    f"logit-weight = {v['logit_weight']:g} goes with task-type = distill, not {v['task_type']}",
     lambda v: None if not v["teacher"] or v["task_type"] in TAUGHT_TASKS else
     f"teacher = {v['teacher']} goes with task-type = distill, embed or a classification task, not {v['task_type']}",
     lambda v: None if not v["transfer_data"] or (v["teacher"] and v["task_type"] in (*SENTENCE_TASKS, "embed")) else
@@ -176,6 +178,9 @@ class Config:
                              "student's last layer learns; 0: its last", at_least(0))
     relation_heads: int = key(0, "distill: the relation heads q, k and v are re-split into on both sides (each "
                               "width divisible by it); 0: the teacher's heads", at_least(0))
+    logit_weight: float = key(0.0, "distill: the weight of the KL from the teacher's MLM predictions at masked "
+                              "tokens to the student's, beside the relations (both then read masked input; the "
+                              "teacher needs an MLM head); 0: the relations alone", at_least(0))
 
     base_dir: str = key(".", "holds vocab/, datasets/ and runs/", Rule(bool, "a non-empty path"), group="Files")
     vocab: str = key("", "vocab.txt or its directory; empty: base-dir/vocab")

@@ -227,17 +227,22 @@ class Encoder(nn.Module):
             x = layer(x, attention_mask, rotary)
         return x if self.final_norm is None else self.final_norm(x)
 
-    def layer_projections(self, index: int, input_ids, attention_mask=None, document_ids=None) -> torch.Tensor:
+    def layer_projections(self, index: int, input_ids, attention_mask=None, document_ids=None,
+                          with_output: bool = False):
         """Layer `index`'s (from 0) q, k and v before rotary positions, as SelfAttention.projections
-        gives them, running only the layers below it; the arguments as forward's."""
+        gives them, running only the layers below it; with_output: every layer, and (projections,
+        the encoder's output). The other arguments as forward's."""
         positions = token_positions(document_ids)
         mask = self.attention_mask(attention_mask, document_ids)
         x = self.embeddings(input_ids, None, positions)
         rotary = None if self.rotary is None else self.rotary(x.shape[1], positions)
-        for layer in self.layers[:index]:
+        for number, layer in enumerate(self.layers):
+            if number == index:
+                projections = layer.attention.projections(layer.attention_input(x))
+                if not with_output:
+                    return projections
             x = layer(x, mask, rotary)
-        chosen = self.layers[index]
-        return chosen.attention.projections(chosen.attention_input(x))
+        return projections, x if self.final_norm is None else self.final_norm(x)
 
     def attention_mask(self, real, document_ids=None):
         """Which keys each query may see: a bool [batch, 1, queries, keys] for SDPA, or None (every
@@ -330,14 +335,14 @@ class BertForMaskedLM(nn.Module):
     def forward(self, input_ids, positions, labels=None, attention_mask=None, segment_ids=None, document_ids=None):
         """Logits at the masked positions only, [batch, P, vocab], and their mean loss."""
         hidden = self.encoder(input_ids, attention_mask, segment_ids, document_ids=document_ids)
-        logits = self.predict_masked(hidden, positions)
+        logits = self.head(at_positions(hidden, positions))
         return logits, None if labels is None else token_loss(logits, labels)
 
-    def predict_masked(self, hidden, positions):
-        """The head runs on the gathered masked positions (about 15% of the tokens): the same
-        loss as scoring every position, at a fraction of the work."""
-        index = positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
-        return self.head(hidden.gather(1, index))
+
+def at_positions(hidden, positions):
+    """The states [batch, P, width] at the masked positions [batch, P]: an MLM head runs on these alone
+    (about 15% of the tokens), the same loss as scoring every position at a fraction of the work."""
+    return hidden.gather(1, positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
 
 
 def token_loss(logits, labels):
@@ -368,7 +373,7 @@ class BertForPreTraining(BertForMaskedLM):
                 sentence_labels=None, document_ids=None):
         """(masked logits, sentence logits [batch, classes], MLM loss + sentence loss)."""
         hidden = self.encoder(input_ids, attention_mask, segment_ids, document_ids=document_ids)
-        logits = self.predict_masked(hidden, positions)
+        logits = self.head(at_positions(hidden, positions))
         sentence_logits = self.classify_pair(hidden)
         if labels is None:
             return logits, sentence_logits, None
@@ -435,8 +440,7 @@ class ElectraForPreTraining(nn.Module):
         embedded = self.encoder.embeddings(input_ids, segment_ids, token_positions(document_ids))
         generated = self.generator(None, attention_mask, embedded=self.generator_input(embedded),
                                    document_ids=document_ids)
-        index = positions.unsqueeze(-1).expand(-1, -1, generated.shape[-1])
-        generator_logits = self.generator_head(generated.gather(1, index))
+        generator_logits = self.generator_head(at_positions(generated, positions))
         with torch.no_grad():  # the discriminator's input is data, not a path for gradients
             noise = torch.rand(generator_logits.shape, generator=sampling, device=generator_logits.device)
             sampled = (generator_logits.float() - torch.log(-torch.log(noise.clamp_min(1e-20)))).argmax(-1)

@@ -16,7 +16,7 @@ from torch import nn
 import checkpoints
 from architecture import ANSWERS, CLASSIFICATION, EMBEDDING, ENCODER, PRE_TRAINING, TOKENS, kind_of
 from errors import UserError
-from model import IGNORE_INDEX, ModelConfig, pool, token_loss
+from model import IGNORE_INDEX, ModelConfig, at_positions, pool, token_loss
 
 GRAPH = Path("onnx") / "model.onnx"  # where export_hf.py --onnx writes it
 INSTALL = "pip install onnx onnxruntime"  # what --onnx and running a graph need
@@ -56,7 +56,7 @@ class OnnxMaskedLM(OnnxModel):
     def forward(self, input_ids, positions, labels=None, attention_mask=None, segment_ids=None):
         """The graph scores every token; our model's answer is its logits at `positions`."""
         (logits,), _ = self.outputs(input_ids, attention_mask, segment_ids)
-        masked = logits.gather(1, positions.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
+        masked = at_positions(logits, positions)
         return masked, None if labels is None else token_loss(masked, labels)
 
 

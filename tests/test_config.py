@@ -202,6 +202,8 @@ def test_cross_field_errors_name_the_file(tmp_path):
         f"{path}: d-model = 100 is not divisible by heads = 12"
     assert "min-learning-rate" in load_error(tmp_path, "learning-rate = 1e-5\nmin-learning-rate = 1e-4")
     assert "lr-decay-iters" in load_error(tmp_path, "warmup-iters = 500\nlr-decay-iters = 100")
+    assert load_error(tmp_path, "logit-weight = 0.5\n") == \
+        f"{path}: logit-weight = 0.5 goes with task-type = distill, not mlm"
 
 
 def test_variant_keys(tmp_path):
