@@ -141,7 +141,7 @@ class DistillationTask(CorpusTask):
         return RelationEncoder(self.model_config(max_len), self.teaches_predictions)
 
     def eval_batches(self, split: str, count: int | None):
-        if self.masker is None:
+        if not self.teaches_predictions:
             return super().eval_batches(split, count)
         return self.masker.eval_batches(self.data, split, count, self.config.seed, self.device)
 
@@ -149,20 +149,20 @@ class DistillationTask(CorpusTask):
         """The q-q, k-k and v-v KLs summed (plus logit-weight x the predictions' KL), and [real query
         positions, each KL times them] (then [masked slots, the predictions' KL times them, the
         student's right predictions]); no host sync."""
-        if self.masker is not None:
+        if self.teaches_predictions:
             batch = self.masker.masked(batch, generator, mask_rate)
         input_ids, mask, documents = batch["input_ids"], batch["attention_mask"], batch.get("document_ids")
-        positions = batch.get("positions")
+        positions = batch["positions"] if self.teaches_predictions else None
         real = torch.ones_like(input_ids, dtype=torch.bool) if mask is None else mask
         with torch.no_grad():
             teacher = self.teacher(input_ids, mask, documents, layer=self.teacher_layer, positions=positions)
         student = model(input_ids, mask, documents, positions=positions)
-        if positions is not None:
+        if self.teaches_predictions:
             (teacher, teacher_logits), (student, student_logits) = teacher, student
         losses = relation_losses(teacher, student, visibility(real, documents), real, self.relation_heads)
         count = real.sum().float()
         statistics = torch.cat([count[None], losses.detach() * count])
-        if positions is None:
+        if not self.teaches_predictions:
             return losses.sum(), statistics
         labelled = batch["labels"] != IGNORE_INDEX
         kl, slots = prediction_kl(teacher_logits, student_logits, labelled), labelled.sum().float()
