@@ -4,6 +4,7 @@ Example:
     python scripts/bench.py                       # MLM at small and medium, fine-tuning at medium and original
     python scripts/bench.py --sizes small medium original --steps 10
     python scripts/bench.py --sizes --finetune-sizes medium original   # fine-tuning only
+    python scripts/bench.py --sizes original base --finetune-sizes medium original --compiled
 
 Both models get the same config, the same real batch (demo shards when present), the same
 thread count and their best dtype on the device (bf16 autocast where supported). Ours masks
@@ -15,8 +16,10 @@ MFU counts the FLOPs a step needs (model.flops_per_token with the head on the ma
 only) for both sides, over the matmul peak of the step's dtype measured in the same run. Fine-tuning runs both
 sides over the same real SST-2 training batches from demo/ (build it with scripts/make_demo.py),
 drawn as our trainer draws them (length-grouped, the default seed): ours pads a batch to its
-longest sentence, theirs to 128 as run_glue does. Peak memory is measured in a fresh
-subprocess per side and size (peak RSS growth on CPU, max_memory_allocated on CUDA).
+longest sentence, theirs to 128 as run_glue does, or dynamically as Trainer does; ours also
+compiled. On the CPU a last table gives the floor under those steps: their GEMMs, attention and
+AdamW timed alone. Peak memory is measured in a fresh subprocess per side and size (peak RSS
+growth on CPU, max_memory_allocated on CUDA).
 """
 import argparse
 import dataclasses
@@ -30,14 +33,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 from masking import MaskingRule, mask_tokens, predictions_per_sequence  # noqa: E402
 from model import IGNORE_INDEX, BertForMaskedLM, BertForSequenceClassification, ModelConfig, flops_per_token  # noqa: E402
-from hardware import peak_flops, select_device, select_dtype, synchronize  # noqa: E402
+from hardware import peak_flops, seconds_per_call, select_device, select_dtype, synchronize  # noqa: E402
 
-SIZES = {"small": (2, 128, 2), "medium": (4, 256, 4), "original": (6, 768, 12)}  # layers, width, heads
+# layers, width, heads
+SIZES = {"small": (2, 128, 2), "medium": (4, 256, 4), "original": (6, 768, 12), "base": (12, 768, 12)}
 VOCAB_SIZE, SEQ_LEN, SPECIAL_IDS, MASK_ID = 30522, 128, torch.tensor([0, 100, 101, 102, 103]), 103
 
 
@@ -182,9 +187,11 @@ def padded_to_seq_len(batch: dict, pad_id: int) -> dict:
 class OursClassifier(TrainingStep):
     name = "ours"
 
-    def __init__(self, size, vocab, device, dtype):
+    def __init__(self, size, vocab, device, dtype, compiled: bool = False):
         config = dataclasses.replace(mlm_config(size), vocab_size=vocab.size, pad_id=vocab.pad_id, num_labels=2)
         super().__init__(BertForSequenceClassification(config), True, device, dtype)
+        if compiled:  # as the trainer compiles with compile = true: one graph, dynamic after a second width
+            self.model = torch.compile(self.model)
 
     def loss(self, batch):
         return self.model(batch["input_ids"], batch["labels"], attention_mask=batch["attention_mask"])[1]
@@ -238,33 +245,77 @@ FINETUNING_ARMS = {  # arm: (side, how its batches are made)
 }
 
 
+COMPILED_ARM = {"ours, compiled": ("ours, compiled", "ours under torch.compile, as compile = true has it")}
+
+
+def finetuning_arms(compiled: bool) -> dict:
+    """The arms, ours compiled after ours when asked (compiling takes a minute a size on 2 cores)."""
+    arms = dict(FINETUNING_ARMS)
+    return {"ours": arms.pop("ours"), **(COMPILED_ARM if compiled else {}), **arms}
+
+
 def finetuning_batches(measured: list[dict], vocab) -> dict[str, list[dict]]:
-    return {"ours": measured, "transformers, our batches": measured,
+    return {"ours": measured, "ours, compiled": measured, "transformers, our batches": measured,
             "transformers, padded to 128": [padded_to_seq_len(batch, vocab.pad_id) for batch in measured],
             "transformers, dynamic padding": shuffled_dynamic_batches(measured, vocab)}
 
 
-def compare_finetuning(size: str, epoch: list[dict], vocab, steps: int, rounds: int, device, dtype) -> dict:
+def compare_finetuning(size: str, epoch: list[dict], vocab, steps: int, rounds: int, device, dtype,
+                       compiled: bool = False) -> dict:
     """Sentences/s of fine-tuning over the first rounds x steps training batches of the epoch, each
     round the next `steps` of them for every arm in turn, all arms on the same sentences."""
+    arms = finetuning_arms(compiled)
     def on_device(batch):
         return {key: torch.as_tensor(value).to(device) for key, value in batch.items() if value is not None}
 
     measured = epoch[:rounds * steps]
     batches = {arm: [on_device(batch) for batch in arm_batches]
-               for arm, arm_batches in finetuning_batches(measured, vocab).items()}
+               for arm, arm_batches in finetuning_batches(measured, vocab).items() if arm in arms}
     runners = {"ours": OursClassifier(size, vocab, device, dtype),
                "transformers": TheirsClassifier(size, vocab, device, dtype)}
-    for arm, (side, _) in FINETUNING_ARMS.items():
+    if compiled:
+        runners["ours, compiled"] = OursClassifier(size, vocab, device, dtype, compiled=True)
+    for arm, (side, _) in arms.items():
         seconds_for_batches(runners[side], warm_up_batches(batches[arm]), device)
-    seconds = dict.fromkeys(FINETUNING_ARMS, 0.0)
+    seconds = dict.fromkeys(arms, 0.0)
     for first in range(0, len(measured), steps):
-        for arm, (side, _) in FINETUNING_ARMS.items():
+        for arm, (side, _) in arms.items():
             seconds[arm] += seconds_for_batches(runners[side], batches[arm][first:first + steps], device)
     sentences = sum(len(batch["labels"]) for batch in measured)
     return {arm: {"rate": sentences / seconds[arm],
                   "width": np.mean([batch["input_ids"].shape[1] for batch in batches[arm]])}
-            for arm in FINETUNING_ARMS}
+            for arm in arms}
+
+
+def kernel_floor(size: str, batches: list[dict], vocab, dtype) -> dict[str, float]:
+    """Seconds the fine-tuning steps over `batches` cannot go below on this device: each layer's GEMMs
+    (forward and the two backward products, in the step's dtype), its attention (forward and backward,
+    float32 under bf16 on the CPU as cpu_kernels runs short rows) and fused AdamW over the model's
+    weights, each timed alone at the batches' shapes. A ratio against transformers above what this
+    floor allows is out of reach whatever the rest of the step does."""
+    layers, width, heads = SIZES[size]
+    rows = len(batches[0]["labels"])
+
+    def gemms(tokens: int) -> float:
+        def products(k: int, n: int) -> float:
+            x, w, dy = (torch.randn(*shape, dtype=dtype) for shape in ((tokens, k), (k, n), (tokens, n)))
+            return seconds_per_call(lambda: (x @ w, dy @ w.T, x.T @ dy))
+        shapes = ((width, 3 * width), (width, width), (width, 4 * width), (4 * width, width))  # qkv, out, up, down
+        return sum(products(k, n) for k, n in shapes)
+
+    def attention(length: int) -> float:
+        q, k, v = (torch.randn(rows, heads, length, width // heads, requires_grad=True) for _ in range(3))
+        return seconds_per_call(lambda: F.scaled_dot_product_attention(q, k, v).sum().backward())
+
+    per_width = {length: (gemms(rows * length), attention(length))
+                 for length in {batch["input_ids"].shape[1] for batch in batches}}
+    widths = [batch["input_ids"].shape[1] for batch in batches]
+    model = OursClassifier(size, vocab, torch.device("cpu"), dtype)
+    for weight in model.model.parameters():
+        weight.grad = torch.zeros_like(weight)
+    return {"GEMMs": layers * sum(per_width[length][0] for length in widths),
+            "attention": layers * sum(per_width[length][1] for length in widths),
+            "AdamW": len(widths) * seconds_per_call(model.optimizer.step)}
 
 
 # ----------------------------------------------------------------------------- peak memory
@@ -311,6 +362,8 @@ def parse_args(argv=None):
                         help="sizes for the MLM step, its MFU and peak memory (none to skip)")
     parser.add_argument("--finetune-sizes", nargs="*", choices=list(SIZES), default=["medium", "original"],
                         help="sizes for the SST-2 fine-tuning step (none to skip)")
+    parser.add_argument("--compiled", action="store_true",
+                        help="fine-tuning also times ours under torch.compile (a minute a size on 2 cores)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=5, help="MLM steps per timed round")
     parser.add_argument("--finetune-steps", type=int, default=8,
@@ -373,21 +426,44 @@ def print_mlm_tables(args, device, dtype, peak: float):
 def print_finetuning_table(args, device, dtype):
     epoch, vocab = sst2_epoch(args.batch_size)
     batches = args.rounds * args.finetune_steps
+    arms = finetuning_arms(args.compiled)
+    mine = [arm for arm in arms if arm.startswith("ours")]
     print()
     print(f"SST-2 fine-tuning over the same {batches * args.batch_size} real training sentences (the first {batches} "
           f"of the epoch's {len(epoch)} batches of {args.batch_size}, drawn as our trainer draws them); "
           f"{args.rounds} rounds of {args.finetune_steps} steps, every arm in turn; total sentences over total "
-          f"seconds. Arms: " + "; ".join(f"{arm}: {how}" for arm, (_, how) in FINETUNING_ARMS.items()))
+          f"seconds. Arms: " + "; ".join(f"{arm}: {how}" for arm, (_, how) in arms.items()))
     print()
-    print("| size | arm | mean width | sentences/s | ours / this |")
-    print("|---|---|---:|---:|---:|")
+    print("| size | arm | mean width | sentences/s | " + " | ".join(f"{arm} / this" for arm in mine) + " |")
+    print("|---|---|---:|---:|" + "---:|" * len(mine))
+    floors = {}
     for size in args.finetune_sizes:
-        result = compare_finetuning(size, epoch, vocab, args.finetune_steps, args.rounds, device, dtype)
+        result = compare_finetuning(size, epoch, vocab, args.finetune_steps, args.rounds, device, dtype, args.compiled)
         layers, width, _ = SIZES[size]
-        for arm in FINETUNING_ARMS:  # ours first
-            ratio = "" if arm == "ours" else f"{result['ours']['rate'] / result[arm]['rate']:.2f}x"
+        for arm in arms:  # ours first
+            ratios = " | ".join("" if arm == each else f"{result[each]['rate'] / result[arm]['rate']:.2f}x"
+                                for each in mine)
             print(f"| {layers} x {width} | {arm} | {result[arm]['width']:.1f} | {result[arm]['rate']:,.1f} | "
-                  f"{ratio} |", flush=True)
+                  f"{ratios} |", flush=True)
+        floor = kernel_floor(size, epoch[:batches], vocab, dtype) if device.type == "cpu" else None
+        floors[size] = (result["transformers, dynamic padding"]["rate"], floor)
+    print_floor_table(floors, batches * args.batch_size)
+
+
+def print_floor_table(floors: dict, sentences: int):
+    """How fast the same sentences could go at most: the step's kernels alone (kernel_floor), against
+    3x transformers with dynamic padding."""
+    print()
+    print(f"The floor under the same {sentences} sentences: GEMMs, attention and AdamW each timed alone "
+          f"(kernel_floor; CPU only)")
+    print()
+    print("| size | GEMMs s | attention s | AdamW s | at most sentences/s | 3x transformers, dynamic padding |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for size, (theirs, floor) in floors.items():
+        if floor:
+            layers, width, _ = SIZES[size]
+            print(f"| {layers} x {width} | {floor['GEMMs']:.3f} | {floor['attention']:.3f} | {floor['AdamW']:.3f} | "
+                  f"{sentences / sum(floor.values()):,.1f} | {3 * theirs:,.1f} |", flush=True)
 
 
 def main(argv=None):

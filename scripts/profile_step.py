@@ -51,13 +51,13 @@ def prepared_run(config):
 def time_steps(trainer: Trainer, run, batches, meter, steps: int) -> tuple[float, float, float]:
     """Seconds per step, and tokens/s and MFU as the training log reads them, over `steps` steps."""
     hardware.synchronize(trainer.device)
-    meter.reset(run.step, run.tokens)
+    meter.reset(run.tokens)
     started = time.perf_counter()
     for _ in range(steps):
         trainer.train_step(run, batches, meter)
     hardware.synchronize(trainer.device)
     seconds = time.perf_counter() - started
-    _, _, tokens_per_sec, mfu = meter.read(run.step, run.tokens)
+    _, _, tokens_per_sec, mfu = meter.read(run.tokens)
     return seconds / steps, tokens_per_sec, mfu
 
 
@@ -154,7 +154,7 @@ def main(argv=None):
     print(f"{config.n_layer} x {config.d_model}, batch {config.batch_size} x {config.seq_len}, "
           f"{config.task_type}, device {trainer.device}, {str(trainer.dtype).removeprefix('torch.')}, "
           f"compile {str(config.compile).lower()}: {seconds_per_step * 1e3:.1f} ms per step, "
-          f"{tokens_per_sec:,.0f} tokens/s, MFU {mfu:.1%}\n")
+          f"{tokens_per_sec:,.0f} tokens/s, MFU {mfu:.1%} of {meter.peak_flops / 1e9:,.0f} GFLOP/s\n")
     print("\n".join(phase_table(events, seconds_per_step)))
     print()
     print("\n".join(kind_table(events, args.steps, trainer.device)))

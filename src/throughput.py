@@ -11,19 +11,19 @@ class Throughput:
     figures at a log line."""
 
     def __init__(self, flops_per_token: float, peak_flops: float, world_size: int, device: torch.device,
-                 step: int, tokens: int):
+                 tokens: int):
         self.flops_per_token = flops_per_token
         self.peak_flops = peak_flops
         self.world_size = world_size
         self.loss_sum = torch.zeros((), device=device)
         self.micro_steps = 0
-        self.reset(step, tokens)
+        self.reset(tokens)
 
-    def reset(self, step: int, tokens: int):
+    def reset(self, tokens: int):
         self.loss_sum.zero_()
         self.statistics = 0
         self.micro_steps = 0
-        self.since, self.since_step, self.since_tokens, self.pause = time.perf_counter(), step, tokens, 0.0
+        self.since, self.since_tokens, self.pause = time.perf_counter(), tokens, 0.0
 
     def add(self, loss: torch.Tensor, statistics: torch.Tensor):
         self.loss_sum += loss.detach().float()
@@ -38,7 +38,7 @@ class Throughput:
         finally:
             self.pause += time.perf_counter() - started
 
-    def read(self, step: int, tokens: int, restart: bool = True) -> tuple[float, torch.Tensor, float, float]:
+    def read(self, tokens: int, restart: bool = True) -> tuple[float, torch.Tensor, float, float]:
         """Mean loss over all ranks' micro-batches, their summed statistics (on the CPU), tokens/s
         of all ranks, and MFU per rank since the last read; then starts counting afresh, unless
         restart is False (a run's last line, off the log interval: a resumed run goes on summing)."""
@@ -52,7 +52,7 @@ class Throughput:
         tokens_per_sec = (tokens - self.since_tokens) / elapsed
         mfu = self.flops_per_token * tokens_per_sec / self.world_size / self.peak_flops
         if restart:
-            self.reset(step, tokens)
+            self.reset(tokens)
         return mean_loss, statistics.cpu(), tokens_per_sec, mfu
 
     def since_log(self) -> dict:

@@ -232,15 +232,14 @@ class Trainer:
             run.log(f"mfu against a {str(self.dtype).removeprefix('torch.')} matmul peak of "
                     f"{peak / 1e12:.3g} TFLOP/s, {source}")
         per_token = flops_per_token(unwrap(run.model).config, self.config.seq_len, self.task.predictions_per_token)
-        meter = Throughput(per_token, peak, self.world_size, self.device, run.step, run.tokens)
+        meter = Throughput(per_token, peak, self.world_size, self.device, run.tokens)
         if run.log_sums is not None:
             meter.restore(run.log_sums)
         return meter
 
     def log_training(self, run: Run, meter: Throughput) -> dict[str, str]:
         """The train line and scalars since the last one; returns what the progress bar shows."""
-        loss, statistics, tokens_per_sec, mfu = meter.read(run.step, run.tokens,
-                                                           restart=run.step % self.config.log_interval == 0)
+        loss, statistics, tokens_per_sec, mfu = meter.read(run.tokens, restart=run.step % self.config.log_interval == 0)
         if mfu > 1 and self.rank == 0 and not self.config.peak_tflops:
             mfu = self.remeasure_peak(run, meter, mfu)
         metrics = {name: value for name, value in self.task.metrics(loss, statistics).items() if name != "loss"}

@@ -83,6 +83,21 @@ def test_finetuning_benchmark_runs_every_arm_on_the_same_sentences(vocab_dir, ro
     assert result["transformers, padded to 128"]["width"] == bench.SEQ_LEN
     assert result["ours"]["width"] == result["transformers, our batches"]["width"] < 64
 
+    floor = bench.kernel_floor("small", measured, vocab, torch.float32)
+    assert set(floor) == {"GEMMs", "attention", "AdamW"} and all(seconds > 0 for seconds in floor.values())
+
+
+def test_finetuning_arms_put_ours_first_and_compiled_only_when_asked():
+    assert list(bench.finetuning_arms(False)) == list(bench.FINETUNING_ARMS)
+    assert list(bench.finetuning_arms(True))[:2] == ["ours", "ours, compiled"]
+    assert set(bench.finetuning_arms(True)) - set(bench.FINETUNING_ARMS) == {"ours, compiled"}
+
+
+def test_floor_table_is_the_sentences_over_the_kernels_seconds_against_three_times_theirs(capsys):
+    bench.print_floor_table({"medium": (100.0, {"GEMMs": 1.0, "attention": 0.5, "AdamW": 0.5})}, 768)
+    row = capsys.readouterr().out.strip().splitlines()[-1]
+    assert row == "| 4 x 256 | 1.000 | 0.500 | 0.500 | 384.0 | 300.0 |"
+
 
 def test_peak_memory_is_measured_in_a_fresh_process():
     mib = bench.peak_memory_mib("ours", "small", batch_size=2, steps=1, device=torch.device("cpu"))

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from cpu_kernels import Dropout
+from cpu_kernels import BF16_ATTENTION_FROM, Dropout, keep_mask
 from model import attend
 
 
@@ -17,13 +17,28 @@ def test_cpu_dropout_zeroes_its_share_and_scales_the_rest_in_training_only():
     assert torch.equal(dropout.eval()(x), x)
 
 
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_keep_mask_keeps_each_element_with_its_chance_independently(p):
+    torch.manual_seed(0)
+    mask, chance = keep_mask((1000, 1000), p, "cpu")
+    assert chance == pytest.approx(1 - p, abs=2 ** -16)
+    assert mask.float().mean().item() == pytest.approx(chance, abs=0.002)  # 4 sd of a million draws
+    by_lane = mask.view(-1, 4).float().mean(0)  # the four 16-bit draws of one 64-bit word each keep alike
+    torch.testing.assert_close(by_lane, torch.full((4,), chance), rtol=0, atol=0.005)
+    pairs = mask.view(-1, 2).float()  # neighbours, drawn from one word, are independent
+    assert (pairs[:, 0] * pairs[:, 1]).mean().item() == pytest.approx(chance ** 2, abs=0.003)
+    torch.manual_seed(0)
+    assert torch.equal(keep_mask((1000, 1000), p, "cpu")[0], mask)  # the global generator's seed decides
+    assert not torch.equal(keep_mask((1000, 1000), p, "cpu")[0], mask)
+
+
 def reference_attention_with_dropout(q, k, v, mask, dropout: float, seed: int):
     """Float32 attention with the dropout mask attention_with_dropout draws after manual_seed(seed)."""
     scores = (q.float() @ k.float().transpose(-2, -1)) / q.shape[-1] ** 0.5
     weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
     torch.manual_seed(seed)
-    kept = torch.rand(weights.shape) >= dropout
-    return (weights * kept / (1 - dropout)) @ v.float()
+    kept, chance = keep_mask(weights.shape, dropout, weights.device)
+    return (weights * kept / chance) @ v.float()
 
 
 def attend_with_dropout_after_seed(q, k, v, mask, causal: bool, seed: int = 5):
@@ -63,3 +78,17 @@ def test_cpu_attention_under_bf16_autocast_runs_in_fp32_and_returns_bf16():
     expected = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
     assert y.dtype == torch.bfloat16
     torch.testing.assert_close(y, expected.bfloat16(), rtol=0, atol=0)
+
+
+def test_cpu_attention_on_long_rows_under_bf16_autocast_runs_the_bf16_kernel():
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, BF16_ATTENTION_FROM, 8, generator=generator).bfloat16() for _ in range(3))
+    mask = torch.ones(2, 1, 1, BF16_ATTENTION_FROM, dtype=torch.bool)
+    mask[1, ..., 200:] = False
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = attend(q, k, v, mask, 0.0, False)
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y, torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                               rtol=0, atol=0)
+    in_float32 = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
+    torch.testing.assert_close(y.float(), in_float32, rtol=0.02, atol=0.02)  # bf16's precision

@@ -16,9 +16,8 @@ def now(monkeypatch) -> list[float]:
     return seconds
 
 
-def meter(step: int = 0, tokens: int = 0) -> Throughput:
-    return Throughput(flops_per_token=1e6, peak_flops=1e12, world_size=1, device=torch.device("cpu"),
-                      step=step, tokens=tokens)
+def meter(tokens: int = 0) -> Throughput:
+    return Throughput(flops_per_token=1e6, peak_flops=1e12, world_size=1, device=torch.device("cpu"), tokens=tokens)
 
 
 def summed(figures: tuple) -> tuple[float, list]:
@@ -27,16 +26,16 @@ def summed(figures: tuple) -> tuple[float, list]:
 
 
 def test_a_log_line_reads_the_mean_loss_the_summed_statistics_and_the_rates(now):
-    figures = meter(step=10, tokens=5000)
+    figures = meter(tokens=5000)
     figures.add(torch.tensor(2.0), torch.tensor([10, 4]))
     figures.add(torch.tensor(4.0), torch.tensor([20, 6]))
     now[0] += 2.0
-    loss, statistics, tokens_per_sec, mfu = figures.read(step=12, tokens=5000 + 4096)
+    loss, statistics, tokens_per_sec, mfu = figures.read(tokens=5000 + 4096)
     assert loss == 3.0 and statistics.tolist() == [30, 10]
     assert tokens_per_sec == 2048 and mfu == pytest.approx(1e6 * 2048 / 1e12)
     figures.add(torch.tensor(1.0), torch.tensor([1, 1]))
     now[0] += 1.0
-    loss, statistics, tokens_per_sec, _ = figures.read(step=13, tokens=9096 + 1000)  # counted afresh
+    loss, statistics, tokens_per_sec, _ = figures.read(tokens=9096 + 1000)  # counted afresh
     assert (loss, statistics.tolist(), tokens_per_sec) == (1.0, [1, 1], 1000)
 
 
@@ -46,32 +45,32 @@ def test_a_pause_is_left_out_of_the_rates(now):
     with figures.paused():
         now[0] += 50.0  # validation
     now[0] += 1.0
-    assert figures.read(step=1, tokens=512)[2] == 512
+    assert figures.read(tokens=512)[2] == 512
 
 
 def test_a_line_off_the_interval_goes_on_summing(now):
     figures = meter()
     figures.add(torch.tensor(2.0), torch.tensor([1]))
     now[0] += 1.0
-    figures.read(step=1, tokens=10, restart=False)
+    figures.read(tokens=10, restart=False)
     figures.add(torch.tensor(4.0), torch.tensor([3]))
     now[0] += 1.0
-    assert summed(figures.read(step=2, tokens=20)) == (3.0, [4])
+    assert summed(figures.read(tokens=20)) == (3.0, [4])
 
 
 def test_the_sums_since_a_log_line_carry_over_to_a_resumed_meter(now):
     saved = meter()
     saved.add(torch.tensor(2.0), torch.tensor([5, 1]))
-    resumed = meter(step=1, tokens=10)
+    resumed = meter(tokens=10)
     resumed.restore(saved.since_log())
     resumed.add(torch.tensor(4.0), torch.tensor([5, 3]))
     now[0] += 1.0
-    assert summed(resumed.read(step=2, tokens=20)) == (3.0, [10, 4])
+    assert summed(resumed.read(tokens=20)) == (3.0, [10, 4])
     fresh = meter()
     fresh.restore(meter().since_log())  # saved right after a log line: nothing summed yet
     fresh.add(torch.tensor(1.0), torch.tensor([2]))
     now[0] += 1.0
-    assert summed(fresh.read(step=1, tokens=1)) == (1.0, [2])
+    assert summed(fresh.read(tokens=1)) == (1.0, [2])
 
 
 def test_the_clock_goes_on_from_a_resumed_count_and_skips_pauses(now):
