@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 
-# From this row length on, the CPU's bf16 fused attention beats its float32 one (forward and backward,
-# 12 heads of 64: 0.60x at 128, 0.92x at 192, 1.02x at 256, 1.17x at 512).
+# From this row length on, the CPU's bf16 fused attention beats its float32 one (etc/results.md,
+# "Attention's dtype by length").
 BF16_ATTENTION_FROM = 256
 
 
@@ -47,8 +47,7 @@ def dropped(x, p: float):
 
 def keep_mask(shape, p: float, device) -> tuple[torch.Tensor, float]:
     """A mask keeping each element with chance 1 - p (to 1/65,536), and that chance: four 16-bit
-    draws from each random 64-bit integer, on the CPU a third of torch.rand's time, a sixth of
-    bernoulli_'s."""
+    draws from each random 64-bit integer, a quarter of the generator's work of torch.rand."""
     count, dropped_values = math.prod(shape), round(p * 2 ** 16)
     words = torch.randint(-2 ** 63, 2 ** 63 - 1, ((count + 3) // 4,), dtype=torch.int64, device=device)
     return (words.view(torch.int16)[:count] >= dropped_values - 2 ** 15).view(shape), 1 - dropped_values / 2 ** 16

@@ -63,9 +63,11 @@ def test_fine_tuning_after_a_short_pre_training_is_no_worse_than_from_random_wei
     checkpoint = main.run(pretraining, None, False) / "checkpoints" / "checkpoint.pt"
     pretrained, pretrained_loss = fine_tune(base, checkpoint, architecture)
     random, _ = fine_tune(base, None, architecture)
-    # 200 validation sentences: one standard error of an accuracy near 0.7 is 0.03 (over seeds 1, 2 and 1337
-    # each architecture's pre-trained start came within 0.025 of its random one, or above it).
-    assert pretrained >= random - 0.03, (pretrained, random)
+    # 200 validation sentences: one standard error of an accuracy near 0.67 is 0.033, of the difference of two
+    # 0.047. Over seeds 1, 2, 7 and 1337 and two ways of drawing dropout masks, the defaults' and BERT's
+    # pre-trained starts came from 0.06 below their random ones to 0.03 above; the collapsed starts this test
+    # is for sat 0.14 and 0.26 below.
+    assert pretrained >= random - 0.08, (pretrained, random)
     # A collapsed start keeps the training loss at ln 2 = 0.693 (with the unit sinusoidal table random weights
     # did too, at 52% validation accuracy); a working one fits the 1,600 sentences, 0.31 to 0.43 here.
     assert pretrained_loss < 0.5, (pretrained_loss, pretrained)
