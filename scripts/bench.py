@@ -13,13 +13,13 @@ uses it; theirs masks as DataCollatorForLanguageModeling does and uses torch Ada
 are timed in alternating rounds in one process, so drift in the machine hits both alike.
 
 MFU counts the FLOPs a step needs (model.flops_per_token with the head on the masked slots
-only) for both sides, over the matmul peak of the step's dtype measured in the same run. Fine-tuning runs both
-sides over the same real SST-2 training batches from demo/ (build it with scripts/make_demo.py),
-drawn as our trainer draws them (length-grouped, the default seed): ours pads a batch to its
-longest sentence, theirs to 128 as run_glue does, or dynamically as Trainer does; ours also
-compiled. On the CPU a last table gives the floor under those steps: their GEMMs, attention and
-AdamW timed alone. Peak memory is measured in a fresh subprocess per side and size (peak RSS
-growth on CPU, max_memory_allocated on CUDA).
+only) for both sides, over the matmul peak of the step's dtype measured in the same run. Fine-tuning
+runs both sides over the same real SST-2 training batches from demo/ (build it with
+scripts/make_demo.py), drawn as our trainer draws them (length-grouped, the default seed): ours pads
+a batch to its longest sentence (rounded up to 8 when compiled: batching.pad_multiple), theirs to
+128 as run_glue does, or dynamically as Trainer does. On the CPU a last table gives the floor under
+those steps: their GEMMs, attention and AdamW timed alone. Peak memory is measured in a fresh
+subprocess per side and size (peak RSS growth on CPU, max_memory_allocated on CUDA).
 """
 import argparse
 import dataclasses
@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
+from batching import pad_multiple, padded_width  # noqa: E402
 from masking import MaskingRule, mask_tokens, predictions_per_sequence  # noqa: E402
 from model import IGNORE_INDEX, BertForMaskedLM, BertForSequenceClassification, ModelConfig, flops_per_token  # noqa: E402
 from hardware import peak_flops, seconds_per_call, select_device, select_dtype, synchronize  # noqa: E402
@@ -177,11 +178,12 @@ def sst2_epoch(batch_size: int, demo: Path = ROOT / "demo"):
     return [batch for _, batch in islice(task.train_batches(None), batches_per_epoch)], vocab
 
 
-def padded_to_seq_len(batch: dict, pad_id: int) -> dict:
-    """The same sentences padded to 128, as run_glue's default (pad_to_max_length) does."""
-    extra = ((0, 0), (0, SEQ_LEN - batch["input_ids"].shape[1]))
+def padded_to(batch: dict, width: int, pad_id: int) -> dict:
+    """The same sentences padded to `width`: 128 as run_glue's default (pad_to_max_length) does, or a
+    multiple of 8 as the trainer pads for a compiled model."""
+    extra = ((0, 0), (0, width - batch["input_ids"].shape[1]))
     return {"input_ids": np.pad(batch["input_ids"], extra, constant_values=pad_id),
-            "attention_mask": np.pad(batch["attention_mask"], extra).astype(np.int64), "labels": batch["labels"]}
+            "attention_mask": np.pad(batch["attention_mask"], extra), "labels": batch["labels"]}
 
 
 class OursClassifier(TrainingStep):
@@ -238,14 +240,15 @@ def shuffled_dynamic_batches(batches: list[dict], vocab, seed: int = 0) -> list[
 
 
 FINETUNING_ARMS = {  # arm: (side, how its batches are made)
-    "ours": ("ours", "length-grouped, padded to the longest (rounded to 8)"),
+    "ours": ("ours", "length-grouped, padded to the longest (on the CPU, eager: exactly)"),
     "transformers, padded to 128": ("transformers", "padded to 128 as run_glue does by default"),
     "transformers, dynamic padding": ("transformers", "shuffled, DataCollatorWithPadding"),
     "transformers, our batches": ("transformers", "our length-grouped batches"),
 }
 
 
-COMPILED_ARM = {"ours, compiled": ("ours, compiled", "ours under torch.compile, as compile = true has it")}
+COMPILED_ARM = {"ours, compiled": ("ours, compiled", "ours under torch.compile, as compile = true has it "
+                                                      "(widths rounded up to 8)")}
 
 
 def finetuning_arms(compiled: bool) -> dict:
@@ -255,8 +258,10 @@ def finetuning_arms(compiled: bool) -> dict:
 
 
 def finetuning_batches(measured: list[dict], vocab) -> dict[str, list[dict]]:
-    return {"ours": measured, "ours, compiled": measured, "transformers, our batches": measured,
-            "transformers, padded to 128": [padded_to_seq_len(batch, vocab.pad_id) for batch in measured],
+    rounded = [padded_to(batch, padded_width(batch["attention_mask"].sum(1), SEQ_LEN, pad_multiple("cpu", True)),
+                         vocab.pad_id) for batch in measured]
+    return {"ours": measured, "ours, compiled": rounded, "transformers, our batches": measured,
+            "transformers, padded to 128": [padded_to(batch, SEQ_LEN, vocab.pad_id) for batch in measured],
             "transformers, dynamic padding": shuffled_dynamic_batches(measured, vocab)}
 
 

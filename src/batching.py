@@ -21,10 +21,17 @@ def gather_padded(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray, wid
     return np.where(present, gathered, fill), present
 
 
-def padded_width(lengths: np.ndarray, limit: int) -> int:
-    """The width a batch of these lengths is padded to: the longest rounded up to a multiple of 8 (few
-    distinct shapes: fewer recompiles, aligned matmuls), never past `limit` (the position table)."""
-    return min(-(-int(lengths.max()) // 8) * 8, limit)
+def padded_width(lengths: np.ndarray, limit: int, multiple: int) -> int:
+    """The width a batch of these lengths is padded to: the longest rounded up to `multiple`
+    (pad_multiple's), never past `limit` (the position table)."""
+    return min(-(-int(lengths.max()) // multiple) * multiple, limit)
+
+
+def pad_multiple(device_type: str, compiled: bool) -> int:
+    """What a batch's width is rounded up to: 8 on a GPU (aligned tensor-core tiles) or under
+    torch.compile (few shapes), else 1: on the CPU in eager every padded position is paid for and
+    alignment buys nothing (etc/results.md, "Against transformers at BERT's sizes")."""
+    return 8 if device_type != "cpu" or compiled else 1
 
 
 def kept_rows(count: int, share: float, seed: int) -> np.ndarray:

@@ -2,7 +2,7 @@
 table, glue_data.py the readers of both layouts, pair_encoding.py the inputs, glue_metrics.py the
 metrics) and `classify`, any single-sentence classification laid out as SST-2 is, with num-labels classes.
 
-Batches are padded to their own longest example (rounded up to a multiple of 8), not to seq-len:
+Batches are padded to their own longest example (batching.pad_multiple's rounding), not to seq-len:
 SST-2 sentences average about 10 words, so most of a 128-wide batch would be padding. With
 length-grouping, training batches hold examples of similar length, so even less is. Validation
 scores the whole dev split (MNLI's two, matched and mismatched) at every validation.
@@ -42,8 +42,8 @@ class Part(EncodedSplit):
     examples: glue_data.Examples
     encoded: pair_encoding.EncodedExamples
 
-    def batch(self, rows: np.ndarray, pad_id: int, seq_len: int) -> dict:
-        width = padded_width(self.encoded.lengths[rows], seq_len)
+    def batch(self, rows: np.ndarray, pad_id: int, seq_len: int, multiple: int) -> dict:
+        width = padded_width(self.encoded.lengths[rows], seq_len, multiple)
         input_ids, segment_ids, real = self.encoded.padded(rows, width, pad_id)
         pair = self.examples.second is not None
         return {"input_ids": input_ids, "attention_mask": real, "segment_ids": segment_ids if pair else None,

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 import embed_data
-from batching import gather_padded, kept_rows, padded_width
+from batching import gather_padded, kept_rows, pad_multiple, padded_width
 from config import model_config
 from distributed import every_rank
 from embed_data import Pairs, Retrieval
@@ -41,8 +41,8 @@ class TrainingTexts(EncodedSplit):
     def __init__(self, encoded: EncodedExamples):
         self.encoded = encoded
 
-    def batch(self, rows: np.ndarray, pad_id: int, seq_len: int) -> dict:
-        return text_batch(self.encoded, rows, pad_id, seq_len)
+    def batch(self, rows: np.ndarray, pad_id: int, seq_len: int, multiple: int) -> dict:
+        return text_batch(self.encoded, rows, pad_id, seq_len, multiple)
 
 
 class TrainingPairs(EncodedSplit):
@@ -53,9 +53,9 @@ class TrainingPairs(EncodedSplit):
         self.columns = columns
         self.encoded = columns[0]
 
-    def batch(self, rows: np.ndarray, pad_id: int, seq_len: int) -> dict:
+    def batch(self, rows: np.ndarray, pad_id: int, seq_len: int, multiple: int) -> dict:
         """The anchors, then the positives, then the negatives of `rows`, padded to one width."""
-        width = max(padded_width(column.lengths[rows], seq_len) for column in self.columns)
+        width = max(padded_width(column.lengths[rows], seq_len, multiple) for column in self.columns)
         padded = [gather_padded(column.tokens, column.offsets, rows, width, pad_id) for column in self.columns]
         return {"input_ids": np.concatenate([ids for ids, _ in padded]),
                 "attention_mask": np.concatenate([real for _, real in padded])}
@@ -160,7 +160,7 @@ class EmbeddingTask(FineTuningTask):
             rows = np.argsort(encoded.lengths, kind="stable")[self.order.rank::self.order.world_size]
             for start in range(0, len(rows), size):
                 chosen = rows[start:start + size]
-                batch = text_batch(encoded, chosen, self.vocab.pad_id, self.config.seq_len)
+                batch = text_batch(encoded, chosen, self.vocab.pad_id, self.config.seq_len, self.pad_multiple)
                 yield to_device(batch, self.device, False) | {"split": split, "part": part, "rows": chosen}
 
     @torch.no_grad()
@@ -211,8 +211,8 @@ class EmbeddingTask(FineTuningTask):
         return "predictions: " + ", ".join(repr(query[:60]) for query in data.retrieval.queries[:4])
 
 
-def text_batch(encoded: EncodedExamples, rows: np.ndarray, pad_id: int, seq_len: int) -> dict:
-    width = padded_width(encoded.lengths[rows], seq_len)
+def text_batch(encoded: EncodedExamples, rows: np.ndarray, pad_id: int, seq_len: int, multiple: int) -> dict:
+    width = padded_width(encoded.lengths[rows], seq_len, multiple)
     input_ids, real = gather_padded(encoded.tokens, encoded.offsets, rows, width, pad_id)
     return {"input_ids": input_ids, "attention_mask": real}
 
@@ -224,7 +224,8 @@ def embedded(model, encoded: EncodedExamples, rows: np.ndarray, pad_id: int, seq
     device = next(model.parameters(), torch.empty(0)).device  # a graph in onnxruntime has none: the CPU
     vectors = np.zeros((len(rows), model.config.d_model), np.float32)
     for chosen in inference_rows(encoded.lengths[rows], batch_size, progress):
-        batch = to_device(text_batch(encoded, rows[chosen], pad_id, seq_len), device, False)
+        batch = to_device(text_batch(encoded, rows[chosen], pad_id, seq_len, pad_multiple(device.type, False)),
+                          device, False)
         output = model(batch["input_ids"], batch["attention_mask"])
         vectors[chosen] = output.float().cpu().numpy()
     return vectors

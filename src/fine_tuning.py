@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from batching import BatchOrder, LengthGroupedBatchOrder, kept_rows
+from batching import BatchOrder, LengthGroupedBatchOrder, kept_rows, pad_multiple
 from errors import UserError
 from hardware import to_device
 
@@ -20,7 +20,8 @@ SPLIT_NAMES = {"train": ("train",), "val": ("validation",), "test": ("test",)}
 
 class EncodedSplit:
     """A split, or a part of one, whose rows are those of `encoded` (windows, texts: len() and .lengths
-    of each); a subclass makes batches of them: batch(rows, pad_id, seq_len)."""
+    of each); a subclass makes batches of them: batch(rows, pad_id, seq_len, multiple), padded to
+    batching.padded_width."""
     encoded: Any
 
     def __len__(self) -> int:
@@ -73,6 +74,10 @@ class FineTuningTask:
         for split in splits:
             self.parts(split)
 
+    @property
+    def pad_multiple(self) -> int:
+        return pad_multiple(self.device.type, self.config.compile)
+
     def train_examples(self) -> int:
         return len(self.split("train"))
 
@@ -94,7 +99,8 @@ class FineTuningTask:
             order = LengthGroupedBatchOrder(data.lengths, order.batch_size, order.seed, order.rank,
                                             order.world_size)
         return order.batches(position, lambda epoch: len(data),
-                             lambda epoch, rows: data.batch(rows, self.vocab.pad_id, self.config.seq_len))
+                             lambda epoch, rows: data.batch(rows, self.vocab.pad_id, self.config.seq_len,
+                                                            self.pad_multiple))
 
     def eval_batches(self, split: str, count: int | None):
         """Every example of the split once, each batch tagged with its split and the number of its part;
@@ -109,8 +115,8 @@ class FineTuningTask:
         rows = np.arange(len(part))[self.order.rank::self.order.world_size]
         size = self.order.batch_size
         for start in range(0, len(rows), size):
-            yield to_device(part.batch(rows[start:start + size], self.vocab.pad_id, self.config.seq_len),
-                            self.device, False)
+            yield to_device(part.batch(rows[start:start + size], self.vocab.pad_id, self.config.seq_len,
+                                       self.pad_multiple), self.device, False)
 
     def take_checkpoint_labels(self, names: tuple[str, ...], kept: bool):
         pass  # outputs without names: ner's tags have them (TokenClassificationTask)

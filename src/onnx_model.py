@@ -36,8 +36,8 @@ class OnnxModel(nn.Module):
 
     def outputs(self, input_ids, attention_mask=None, segment_ids=None) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The graph's outputs, as float32 tensors, for our model's inputs (a bool mask, or None: every
-        token), the columns past the last real token left out (batches are padded to a multiple of 8:
-        the graph needs no such shapes, and padding costs time); with the mask so cut."""
+        token), the columns past the last real token left out (a batch made for a GPU or a compiled model is
+        padded to a multiple of 8: the graph needs no such shapes, and padding costs time); with the mask so cut."""
         mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
         width = int(mask.any(0).nonzero().max()) + 1
         segments = torch.zeros_like(input_ids) if segment_ids is None else segment_ids

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 import squad_data
-from batching import gather_padded, padded_width
+from batching import gather_padded, pad_multiple, padded_width
 from config import model_config
 from distributed import every_rank
 from fine_tuning import EncodedSplit, FineTuningTask, inference_rows
@@ -35,10 +35,10 @@ class QuestionSplit(EncodedSplit):
     questions: Questions
     encoded: EncodedQuestions
 
-    def batch(self, rows: np.ndarray, pad_id: int, seq_len: int) -> dict:
-        """Windows `rows`, padded to the longest (a multiple of 8)."""
+    def batch(self, rows: np.ndarray, pad_id: int, seq_len: int, multiple: int) -> dict:
+        """Windows `rows`, padded to the longest (rounded up to `multiple`)."""
         windows = self.encoded
-        width = padded_width(windows.lengths[rows], seq_len)
+        width = padded_width(windows.lengths[rows], seq_len, multiple)
         input_ids, real = gather_padded(windows.tokens, windows.starts, rows, width, pad_id)
         segment_ids, _ = gather_padded(windows.segments, windows.starts, rows, width, 0)
         return {"input_ids": input_ids, "attention_mask": real, "segment_ids": segment_ids,
@@ -177,7 +177,8 @@ class QuestionAnsweringTask(FineTuningTask):
         """A few validation questions with the predicted answer and the gold ones."""
         data = self.split("val")
         first = np.nonzero(data.encoded.questions < 4)[0]
-        batch = to_device(data.batch(first, self.vocab.pad_id, self.config.seq_len), self.device, False)
+        batch = to_device(data.batch(first, self.vocab.pad_id, self.config.seq_len, self.pad_multiple),
+                          self.device, False)
         model.eval()
         with torch.no_grad(), autocast:
             start, end, _ = self.outputs(model, batch, labelled=False)
@@ -206,7 +207,7 @@ def answer_questions(model, vocab, questions: list[str], contexts: list[str], se
                                                             settings["max-query-length"]))
     logits = {}
     for rows in inference_rows(split.lengths, batch_size, progress):
-        batch = split.batch(rows, vocab.pad_id, settings["seq-len"])
+        batch = split.batch(rows, vocab.pad_id, settings["seq-len"], pad_multiple("cpu", False))  # on the CPU: numpy in
         starts, ends, _ = model(*(torch.from_numpy(batch[name]) for name in ("input_ids", "attention_mask",
                                                                              "segment_ids")))
         logits |= window_logits(batch, starts, ends)

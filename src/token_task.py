@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 import token_data
-from batching import gather_padded, padded_width
+from batching import gather_padded, pad_multiple, padded_width
 from config import model_config
 from distributed import every_rank
 from entity_metrics import entity_scores
@@ -28,10 +28,10 @@ class TaggedSplit(EncodedSplit):
         self.sentences = sentences
         self.encoded = windows
 
-    def batch(self, rows: np.ndarray, pad_id: int, seq_len: int) -> dict:
-        """Windows `rows`, padded to the longest (a multiple of 8: few shapes, aligned matmuls)."""
+    def batch(self, rows: np.ndarray, pad_id: int, seq_len: int, multiple: int) -> dict:
+        """Windows `rows`, padded to the longest (rounded up to `multiple`)."""
         windows = self.encoded
-        width = padded_width(windows.lengths[rows], seq_len)
+        width = padded_width(windows.lengths[rows], seq_len, multiple)
         input_ids, real = gather_padded(windows.tokens, windows.offsets, rows, width, pad_id)
         labels, _ = gather_padded(windows.labels, windows.offsets, rows, width, IGNORE_INDEX)
         words, _ = gather_padded(windows.scored_words, windows.offsets, rows, width, -1)
@@ -138,7 +138,8 @@ class TokenClassificationTask(FineTuningTask):
         """A few validation sentences with each entity predicted and true."""
         data = self.split("val")
         rows = np.arange(min(4, len(data)))
-        batch = to_device(data.batch(rows, self.vocab.pad_id, self.config.seq_len), self.device, False)
+        batch = to_device(data.batch(rows, self.vocab.pad_id, self.config.seq_len, self.pad_multiple),
+                          self.device, False)
         model.eval()
         with torch.no_grad(), autocast:
             logits, _ = self.outputs(model, {**batch, "labels": None})
@@ -182,7 +183,8 @@ def tag_sentences(model, vocab, words: list[list[str]], seq_len: int, batch_size
     scored = []
     for rows in inference_rows(split.lengths, batch_size, progress):
         batch = {name: torch.from_numpy(value) if isinstance(value, np.ndarray) else value
-                 for name, value in split.batch(rows, vocab.pad_id, seq_len).items()}
+                 for name, value in split.batch(rows, vocab.pad_id, seq_len,
+                                                pad_multiple("cpu", False)).items()}
         logits, _ = model(batch["input_ids"], attention_mask=batch["attention_mask"])
         scored.append(scored_predictions(logits, batch))
     predicted = predicted_tags(words, scored, names, every=True)

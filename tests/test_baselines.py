@@ -60,7 +60,7 @@ def test_finetuning_benchmark_runs_every_arm_on_the_same_sentences(vocab_dir, ro
     make_demo.write_sst2(tmp_path / "datasets", rotten_tomatoes, seed=123)
     epoch, vocab = bench.sst2_epoch(batch_size=4, demo=tmp_path)
     first = epoch[0]
-    theirs = bench.padded_to_seq_len(first, vocab.pad_id)
+    theirs = bench.padded_to(first, bench.SEQ_LEN, vocab.pad_id)
     width = first["input_ids"].shape[1]
     assert theirs["input_ids"].shape == (4, bench.SEQ_LEN)
     assert (theirs["input_ids"][:, :width] == first["input_ids"]).all()
@@ -82,6 +82,11 @@ def test_finetuning_benchmark_runs_every_arm_on_the_same_sentences(vocab_dir, ro
     assert set(result) == set(bench.FINETUNING_ARMS) and all(arm["rate"] > 0 for arm in result.values())
     assert result["transformers, padded to 128"]["width"] == bench.SEQ_LEN
     assert result["ours"]["width"] == result["transformers, our batches"]["width"] < 64
+
+    for mine, compiled in zip(measured, bench.finetuning_batches(measured, vocab)["ours, compiled"]):
+        width = mine["input_ids"].shape[1]  # eager on the CPU: the longest exactly; compiled: rounded up to 8
+        assert width == mine["attention_mask"].sum(1).max() and compiled["input_ids"].shape[1] == -(-width // 8) * 8
+        assert compiled["attention_mask"].dtype == bool and (compiled["input_ids"][:, :width] == mine["input_ids"]).all()
 
     floor = bench.kernel_floor("small", measured, vocab, torch.float32)
     assert set(floor) == {"GEMMs", "attention", "AdamW"} and all(seconds > 0 for seconds in floor.values())

@@ -4,7 +4,7 @@ from itertools import islice
 import numpy as np
 import pytest
 
-from batching import BatchOrder, LengthGroupedBatchOrder, group_by_length, padded_width
+from batching import BatchOrder, LengthGroupedBatchOrder, group_by_length, pad_multiple, padded_width
 from pair_encoding import encode_examples
 from vocab import load_vocab
 
@@ -47,8 +47,8 @@ def test_every_sentence_once_per_epoch(lengths):
 def test_grouped_batches_need_much_less_padding_than_random_ones(lengths):
     random_batches = epoch_batches(BatchOrder(32, seed=7), 0, len(lengths))
     grouped_batches = epoch_batches(LengthGroupedBatchOrder(lengths, 32, seed=7), 0, len(lengths))
-    random_width = np.mean([padded_width(lengths[rows], 128) for rows in random_batches])
-    grouped_width = np.mean([padded_width(lengths[rows], 128) for rows in grouped_batches])
+    random_width = np.mean([padded_width(lengths[rows], 128, 8) for rows in random_batches])
+    grouped_width = np.mean([padded_width(lengths[rows], 128, 8) for rows in grouped_batches])
     assert grouped_width < 0.7 * random_width, (grouped_width, random_width)
     # ... and the padded positions themselves fall far more (each batch spans a narrow band)
     real = len(random_batches) * 32 * lengths.mean()
@@ -56,8 +56,8 @@ def test_grouped_batches_need_much_less_padding_than_random_ones(lengths):
 
 
 def test_grouped_batches_are_shuffled_not_sorted(lengths):
-    widths = [padded_width(lengths[rows], 128) for rows in epoch_batches(LengthGroupedBatchOrder(lengths, 32, seed=7),
-                                                                    0, len(lengths))]
+    batches = epoch_batches(LengthGroupedBatchOrder(lengths, 32, seed=7), 0, len(lengths))
+    widths = [padded_width(lengths[rows], 128, 8) for rows in batches]
     assert widths != sorted(widths) and widths != sorted(widths, reverse=True)
 
 
@@ -92,12 +92,18 @@ def test_ranks_get_disjoint_equal_shares_of_the_same_global_batches(lengths):
         assert set().union(*shares) == set(global_batch.tolist())
         assert sum(map(len, shares)) == 48  # disjoint
     # Each rank's share of a global batch is as homogeneous, so no rank waits on a wide one.
-    spreads = [np.ptp([padded_width(lengths[batches[index]], 128) for batches in ranks])
+    spreads = [np.ptp([padded_width(lengths[batches[index]], 128, 8) for batches in ranks])
                for index in range(len(single))]
     assert np.mean(spreads) < 2, np.mean(spreads)
 
 
-def test_a_batch_is_padded_to_a_multiple_of_8_never_past_the_position_table():
-    assert padded_width(np.array([3, 9, 5]), 128) == 16
-    assert padded_width(np.array([16]), 128) == 16
-    assert padded_width(np.array([97, 12]), 100) == 100  # 104 would index past a 100-row position table
+def test_a_batch_is_padded_to_its_multiple_never_past_the_position_table():
+    assert padded_width(np.array([3, 9, 5]), 128, 8) == 16
+    assert padded_width(np.array([16]), 128, 8) == 16
+    assert padded_width(np.array([97, 12]), 100, 8) == 100  # 104 would index past a 100-row position table
+    assert padded_width(np.array([3, 9, 5]), 128, 1) == 9
+
+
+def test_widths_round_to_8_on_a_gpu_or_compiled_and_not_on_the_cpu_in_eager():
+    assert pad_multiple("cuda", False) == pad_multiple("cuda", True) == pad_multiple("cpu", True) == 8
+    assert pad_multiple("cpu", False) == 1

@@ -179,7 +179,7 @@ def test_dynamic_padding_gives_the_same_logits_as_padding_to_seq_len(base_dir, p
     model = BertForSequenceClassification(ModelConfig(vocab_size=vocab.size, max_len=128, d_model=64, heads=2,
                                                       n_layer=2, d_ff=128, pad_id=vocab.pad_id)).eval()
     rows = np.arange(16)
-    batch = part.batch(rows, vocab.pad_id, 128)
+    batch = part.batch(rows, vocab.pad_id, 128, 8)
     assert batch["input_ids"].shape[1] < 128 and batch["input_ids"].shape[1] % 8 == 0
     assert (batch["segment_ids"] is not None) == pairs and (batch["labels"] == examples.labels[rows]).all()
     full_ids, full_segments, full_real = part.encoded.padded(rows, 128, vocab.pad_id)
@@ -300,11 +300,12 @@ def test_batch_width_rounds_to_8_but_never_past_seq_len(base_dir):
     examples.first[:3] = [" ".join(["wonderful"] * 40), "good", " ".join(["good"] * 7)]
     part = Part("validation", examples, pair_encoding.encode_examples(vocab, examples.first, None, 21))
     assert part.encoded.lengths[:3].tolist() == [21, 3, 9]  # cut to seq-len; [CLS] and [SEP] around one piece a word
-    batch = part.batch(np.arange(4), vocab.pad_id, 21)  # 21: not a multiple of 8
+    batch = part.batch(np.arange(4), vocab.pad_id, 21, 8)  # 21: not a multiple of 8
     assert batch["input_ids"].shape[1] == 21
     assert batch["attention_mask"][0].all()
-    assert part.batch(np.array([1]), vocab.pad_id, 21)["input_ids"].shape[1] == 8  # the longest, rounded up to 8
-    assert part.batch(np.array([1, 2]), vocab.pad_id, 21)["input_ids"].shape[1] == 16
+    assert part.batch(np.array([1]), vocab.pad_id, 21, 8)["input_ids"].shape[1] == 8  # the longest, rounded up to 8
+    assert part.batch(np.array([1, 2]), vocab.pad_id, 21, 8)["input_ids"].shape[1] == 16
+    assert part.batch(np.array([1, 2]), vocab.pad_id, 21, 1)["input_ids"].shape[1] == 9  # the longest exactly
 
 
 def test_compare_runs_groups_fine_tunings_by_their_start_and_tables_test_accuracy(base_dir, mlm_checkpoint, sst2_run,
@@ -585,7 +586,7 @@ def test_a_teacher_adds_the_squared_error_of_its_logits_and_unlabelled_sentences
     model = task.build_model().eval()  # no dropout: the hand sum below sees the same logits
     rows = np.array([0, 1, 1601, 1602])  # two labelled sentences, two transfer sentences
     batch = {name: torch.as_tensor(value) if value is not None else None
-             for name, value in train.batch(rows, vocab.pad_id, 64).items()}
+             for name, value in train.batch(rows, vocab.pad_id, 64, 8).items()}
     loss, statistics = task.loss(model, batch)
     logits, _ = model(batch["input_ids"], attention_mask=batch["attention_mask"])
     taught, _ = task.teacher(batch["input_ids"], attention_mask=batch["attention_mask"])

@@ -267,7 +267,7 @@ def test_a_published_model_fine_tuned_teaches_a_small_student_as_a_checkpoint_or
         config = main.load_config(template, [*short, *student, "--teacher", str(each)])
         task = ClassificationTask(config, vocab, torch.device("cpu"))
         train = task.split("train")
-        batch = train.batch(torch.arange(len(train) - 8, len(train)).numpy(), vocab.pad_id, 64)  # transfer sentences
+        batch = train.batch(torch.arange(len(train) - 8, len(train)).numpy(), vocab.pad_id, 64, 8)  # transfer sentences
         with torch.no_grad():
             logits.append(task.teacher(torch.as_tensor(batch["input_ids"]),
                                        attention_mask=torch.as_tensor(batch["attention_mask"]))[0])
