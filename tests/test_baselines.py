@@ -86,7 +86,8 @@ def test_finetuning_benchmark_runs_every_arm_on_the_same_sentences(vocab_dir, ro
     for mine, compiled in zip(measured, bench.finetuning_batches(measured, vocab)["ours, compiled"]):
         width = mine["input_ids"].shape[1]  # eager on the CPU: the longest exactly; compiled: rounded up to 8
         assert width == mine["attention_mask"].sum(1).max() and compiled["input_ids"].shape[1] == -(-width // 8) * 8
-        assert compiled["attention_mask"].dtype == bool and (compiled["input_ids"][:, :width] == mine["input_ids"]).all()
+        assert compiled["attention_mask"].dtype == bool
+        assert (compiled["input_ids"][:, :width] == mine["input_ids"]).all()
 
     floor = bench.kernel_floor("small", measured, vocab, torch.float32)
     assert set(floor) == {"GEMMs", "attention", "AdamW"} and all(seconds > 0 for seconds in floor.values())
