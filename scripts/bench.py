@@ -312,9 +312,8 @@ def kernel_floor(size: str, batches: list[dict], vocab, dtype) -> dict[str, floa
         q, k, v = (torch.randn(rows, heads, length, width // heads, requires_grad=True) for _ in range(3))
         return seconds_per_call(lambda: F.scaled_dot_product_attention(q, k, v).sum().backward())
 
-    per_width = {length: (gemms(rows * length), attention(length))
-                 for length in {batch["input_ids"].shape[1] for batch in batches}}
     widths = [batch["input_ids"].shape[1] for batch in batches]
+    per_width = {length: (gemms(rows * length), attention(length)) for length in set(widths)}
     model = OursClassifier(size, vocab, torch.device("cpu"), dtype)
     for weight in model.model.parameters():
         weight.grad = torch.zeros_like(weight)
