@@ -8,18 +8,20 @@ Example:
 
 Both models get the same config, the same real batch (demo shards when present), the same
 thread count and their best dtype on the device (bf16 autocast where supported). Ours masks
-with src/masking.py and scores only the masked positions, with fused AdamW as the trainer
-uses it; theirs masks as DataCollatorForLanguageModeling does and uses torch AdamW. The two
+with src/masking.py and computes its last layer and head at the masked positions only; theirs masks
+as DataCollatorForLanguageModeling does. Both use fused AdamW, as the trainer does and as
+transformers' Trainer does by default (adamw_torch_fused, from torch 2.8). The two
 are timed in alternating rounds in one process, so drift in the machine hits both alike.
 
-MFU counts the FLOPs a step needs (model.flops_per_token with the head on the masked slots
-only) for both sides, over the matmul peak of the step's dtype measured in the same run. Fine-tuning
-runs both sides over the same real SST-2 training batches from demo/ (build it with
-scripts/make_demo.py), drawn as our trainer draws them (length-grouped, the default seed): ours pads
-a batch to its longest sentence (rounded up to 8 when compiled: batching.pad_multiple), theirs to
-128 as run_glue does, or dynamically as Trainer does. On the CPU a last table gives the floor under
-those steps: their GEMMs, attention and AdamW timed alone. Peak memory is measured in a fresh
-subprocess per side and size (peak RSS growth on CPU, max_memory_allocated on CUDA).
+MFU counts the FLOPs a step needs (model.flops_per_token with the last layer but for its keys and
+values, and the head, on the masked slots only) for both sides, over the matmul peak of the step's
+dtype measured in the same run. Fine-tuning runs both sides over the same real SST-2 training
+batches from demo/ (build it with scripts/make_demo.py), drawn as our trainer draws them
+(length-grouped, the default seed): ours pads a batch to its longest sentence (rounded up to 8 when
+compiled: batching.pad_multiple), theirs to 128 as run_glue does, or dynamically as Trainer does. On
+the CPU a last table gives the floor under those steps: their GEMMs, attention and AdamW timed
+alone. Peak memory is measured in a fresh subprocess per side and size (peak RSS growth on CPU,
+max_memory_allocated on CUDA).
 """
 import argparse
 import dataclasses
@@ -84,9 +86,9 @@ class TrainingStep:
     """One side of a comparison: a model and its optimizer; step() runs the loss (a subclass's)
     under autocast, backward and the optimizer step."""
 
-    def __init__(self, model, fused_adamw: bool, device, dtype):
+    def __init__(self, model, device, dtype):
         self.model = model.to(device)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=fused_adamw or None)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=True)
         self.device, self.dtype = device, dtype
 
     def step(self, batch):
@@ -101,7 +103,7 @@ class Ours(TrainingStep):
     name = "ours"
 
     def __init__(self, size, device, dtype):
-        super().__init__(BertForMaskedLM(mlm_config(size)), True, device, dtype)
+        super().__init__(BertForMaskedLM(mlm_config(size)), device, dtype)
         self.generator = torch.Generator(device=device).manual_seed(0)
 
     def loss(self, ids):
@@ -119,7 +121,7 @@ class Theirs(TrainingStep):
         config = BertConfig(vocab_size=VOCAB_SIZE, hidden_size=width, num_hidden_layers=layers,
                             num_attention_heads=heads, intermediate_size=4 * width,
                             max_position_embeddings=SEQ_LEN, attn_implementation="sdpa")
-        super().__init__(HuggingFaceBert(config), False, device, dtype)
+        super().__init__(HuggingFaceBert(config), device, dtype)
         self.generator = torch.Generator().manual_seed(0)
 
     def loss(self, ids):
@@ -154,10 +156,12 @@ def compare(size: str, batch_size: int, steps: int, rounds: int, device, dtype) 
 
 
 def useful_flops_per_step(size: str, batch_size: int) -> float:
-    """Training FLOPs one MLM step needs: encoder on every token, head on the masked slots only.
-    Transformers runs its head on all 128 positions, but that extra work is not counted."""
+    """Training FLOPs one MLM step needs: the encoder on every token but for the last layer, which
+    needs keys and values everywhere and the rest at the masked slots, as the head. Transformers runs
+    its last layer and head on all 128 positions, but that extra work is not counted."""
     predictions_per_token = predictions_per_sequence(SEQ_LEN, MaskingRule().mask_rate) / SEQ_LEN
-    return flops_per_token(mlm_config(size), SEQ_LEN, predictions_per_token) * batch_size * SEQ_LEN
+    per_token = flops_per_token(mlm_config(size), SEQ_LEN, predictions_per_token, predictions_per_token)
+    return per_token * batch_size * SEQ_LEN
 
 
 # ----------------------------------------------------------------------------- fine-tuning
@@ -191,7 +195,7 @@ class OursClassifier(TrainingStep):
 
     def __init__(self, size, vocab, device, dtype, compiled: bool = False):
         config = dataclasses.replace(mlm_config(size), vocab_size=vocab.size, pad_id=vocab.pad_id, num_labels=2)
-        super().__init__(BertForSequenceClassification(config), True, device, dtype)
+        super().__init__(BertForSequenceClassification(config), device, dtype)
         if compiled:  # as the trainer compiles with compile = true: one graph, dynamic after a second width
             self.model = torch.compile(self.model)
 
@@ -209,7 +213,7 @@ class TheirsClassifier(TrainingStep):
         config = BertConfig(vocab_size=vocab.size, hidden_size=width, num_hidden_layers=layers,
                             num_attention_heads=heads, intermediate_size=4 * width, pad_token_id=vocab.pad_id,
                             max_position_embeddings=SEQ_LEN, num_labels=2, attn_implementation="sdpa")
-        super().__init__(HuggingFaceClassifier(config), False, device, dtype)
+        super().__init__(HuggingFaceClassifier(config), device, dtype)
 
     def loss(self, batch):
         return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
@@ -296,29 +300,37 @@ def kernel_floor(size: str, batches: list[dict], vocab, dtype) -> dict[str, floa
     """Seconds the fine-tuning steps over `batches` cannot go below on this device: each layer's GEMMs
     (forward and the two backward products, in the step's dtype), its attention (forward and backward,
     float32 under bf16 on the CPU as cpu_kernels runs short rows) and fused AdamW over the model's
-    weights, each timed alone at the batches' shapes. A ratio against transformers above what this
+    weights, each timed alone at the batches' shapes; the last layer's keys and values at every
+    token, the rest at [CLS] alone, as ours computes it. A ratio against transformers above what this
     floor allows is out of reach whatever the rest of the step does."""
     layers, width, heads = SIZES[size]
     rows = len(batches[0]["labels"])
+    every_token = ((width, 3 * width), (width, width), (width, 4 * width), (4 * width, width))  # qkv, out, up, down
+    keys_and_values, at_cls = ((width, 2 * width),), ((width, width), *every_token[1:])
 
-    def gemms(tokens: int) -> float:
+    def gemms(tokens: int, shapes) -> float:
         def products(k: int, n: int) -> float:
             x, w, dy = (torch.randn(*shape, dtype=dtype) for shape in ((tokens, k), (k, n), (tokens, n)))
             return seconds_per_call(lambda: (x @ w, dy @ w.T, x.T @ dy))
-        shapes = ((width, 3 * width), (width, width), (width, 4 * width), (4 * width, width))  # qkv, out, up, down
         return sum(products(k, n) for k, n in shapes)
 
-    def attention(length: int) -> float:
-        q, k, v = (torch.randn(rows, heads, length, width // heads, requires_grad=True) for _ in range(3))
+    def attention(queries: int, length: int) -> float:
+        q = torch.randn(rows, heads, queries, width // heads, requires_grad=True)
+        k, v = (torch.randn(rows, heads, length, width // heads, requires_grad=True) for _ in range(2))
         return seconds_per_call(lambda: F.scaled_dot_product_attention(q, k, v).sum().backward())
 
+    def layers_gemms(length: int) -> float:
+        return ((layers - 1) * gemms(rows * length, every_token) + gemms(rows * length, keys_and_values)
+                + gemms(rows, at_cls))
+
     widths = [batch["input_ids"].shape[1] for batch in batches]
-    per_width = {length: (gemms(rows * length), attention(length)) for length in set(widths)}
+    per_width = {length: (layers_gemms(length), (layers - 1) * attention(length, length) + attention(1, length))
+                 for length in set(widths)}
     model = OursClassifier(size, vocab, torch.device("cpu"), dtype)
     for weight in model.model.parameters():
         weight.grad = torch.zeros_like(weight)
-    return {"GEMMs": layers * sum(per_width[length][0] for length in widths),
-            "attention": layers * sum(per_width[length][1] for length in widths),
+    return {"GEMMs": sum(per_width[length][0] for length in widths),
+            "attention": sum(per_width[length][1] for length in widths),
             "AdamW": len(widths) * seconds_per_call(model.optimizer.step)}
 
 

@@ -224,7 +224,7 @@ class OursAt(bench.TrainingStep):
     loss = bench.Ours.loss
 
     def __init__(self, shape: Shape, device, dtype, compiled: bool):
-        super().__init__(BertForMaskedLM(our_config(shape)), True, device, dtype)
+        super().__init__(BertForMaskedLM(our_config(shape)), device, dtype)
         self.generator = torch.Generator(device=device).manual_seed(0)
         if compiled:
             self.model = torch.compile(self.model)
@@ -242,7 +242,7 @@ class TheirsAt(bench.TrainingStep):
                             num_attention_heads=shape.heads, intermediate_size=4 * shape.width,
                             hidden_dropout_prob=shape.dropout, attention_probs_dropout_prob=shape.dropout,
                             max_position_embeddings=shape.seq_len, attn_implementation="sdpa")
-        super().__init__(HuggingFaceBert(config), False, device, dtype)
+        super().__init__(HuggingFaceBert(config), device, dtype)
         self.generator = torch.Generator().manual_seed(0)
 
 
@@ -360,9 +360,10 @@ def token_ids(batch: int, seq_len: int, device) -> torch.Tensor:
 
 
 def useful_flops_per_token(shape: Shape) -> float:
-    """As bench.useful_flops_per_step counts them: the encoder on every token, the head on the masked slots."""
+    """As bench.useful_flops_per_step counts them: the encoder on every token, the last layer (but for
+    its keys and values) and the head on the masked slots."""
     predictions = predictions_per_sequence(shape.seq_len, MaskingRule().mask_rate) / shape.seq_len
-    return flops_per_token(our_config(shape), shape.seq_len, predictions)
+    return flops_per_token(our_config(shape), shape.seq_len, predictions, predictions)
 
 
 # Substrings of the operator and kernel names torch.profiler records for each attention kernel.

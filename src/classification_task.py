@@ -23,7 +23,7 @@ from batching import padded_width
 from config import model_config
 from distributed import every_rank
 from errors import UserError
-from fine_tuning import EncodedSplit, FineTuningTask
+from fine_tuning import EncodedSplit, FineTuningTask, pooled_share
 from model import BertForSequenceClassification, ModelConfig
 
 
@@ -116,6 +116,7 @@ class ClassificationTask(FineTuningTask):
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         super().__init__(config, vocab, device, rank, world_size)
+        self.last_layer_share = pooled_share(config)
         self.glue_task = glue_task_of(config)
         self.best_metric = self.glue_task.metrics[0] if len(self.glue_task.metrics) == 1 else "score"
         self.split("train")  # fail early on a missing train split

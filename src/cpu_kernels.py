@@ -40,17 +40,25 @@ def attention_with_dropout(q, k, v, attention_mask, dropout: float):
 
 
 def dropped(x, p: float):
-    """Dropout with the mask of `keep_mask`, scaled by the chance it keeps, so the mean stays."""
-    mask, chance = keep_mask(x.shape, p, x.device)
-    return torch.where(mask, x * (1 / chance), 0.0)
+    """Dropout with the mask of `keep_mask`, scaled by the chance it keeps, so the mean stays: two
+    multiplications, vectorised where torch.where and a bool mask are not (a fifth of the time)."""
+    kept, chance = keep_mask(x.shape, p, x.dtype, x.device)
+    return (x * kept).mul_(1 / chance)
 
 
-def keep_mask(shape, p: float, device) -> tuple[torch.Tensor, float]:
-    """A mask keeping each element with chance 1 - p (to 1/65,536), and that chance: four 16-bit
-    draws from each random 64-bit integer, a quarter of the generator's work of torch.rand."""
-    count, dropped_values = math.prod(shape), round(p * 2 ** 16)
+def keep_mask(shape, p: float, dtype, device) -> tuple[torch.Tensor, float]:
+    """1 where an element is kept, with chance 1 - p (to 1/65,536), else 0, in `dtype`; and that
+    chance. Four 16-bit draws come from each random 64-bit integer, a quarter of the generator's work
+    of torch.rand; clamping a draw to the threshold and the value below it makes the 0 or 1 without a
+    bool tensor, whose conversions and torch.where run unvectorised on the CPU."""
+    dropped_values = min(round(p * 2 ** 16), 2 ** 16 - 1)
+    if dropped_values == 0:
+        return torch.ones(shape, dtype=dtype, device=device), 1.0
+    count, threshold = math.prod(shape), dropped_values - 2 ** 15  # a draw below threshold drops
     words = torch.randint(-2 ** 63, 2 ** 63 - 1, ((count + 3) // 4,), dtype=torch.int64, device=device)
-    return (words.view(torch.int16)[:count] >= dropped_values - 2 ** 15).view(shape), 1 - dropped_values / 2 ** 16
+    draws = words.view(torch.int16)[:count].view(shape)
+    kept = draws.clamp(threshold - 1, threshold).sub_(threshold - 1).to(dtype)
+    return kept, 1 - dropped_values / 2 ** 16
 
 
 class Dropout(nn.Dropout):

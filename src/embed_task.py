@@ -26,7 +26,7 @@ from config import model_config
 from distributed import every_rank
 from embed_data import Pairs, Retrieval
 from errors import UserError
-from fine_tuning import EncodedSplit, FineTuningTask, inference_rows
+from fine_tuning import EncodedSplit, FineTuningTask, inference_rows, pooled_share
 from glue_data import SIMILARITY_RANGE, Examples
 from glue_metrics import pearson, spearman
 from hardware import to_device
@@ -83,6 +83,7 @@ class EmbeddingTask(FineTuningTask):
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         super().__init__(config, vocab, device, rank, world_size)
+        self.last_layer_share = pooled_share(config)
         self.best_metric = "spearman" if self.split("val").similarity is not None else "ndcg@10"
         self.teacher = None
         if config.teacher:

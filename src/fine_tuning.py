@@ -48,6 +48,7 @@ class FineTuningTask:
     evaluation texts itself); a split is one part but for MNLI's validation and test (matched and
     mismatched)."""
     predictions_per_token = 0.0  # no MLM head
+    last_layer_share = 1.0  # every token's state is read (NER, SQuAD); one a row with [CLS] pooling
     data_source = None  # a fine-tuning's data is named by its task
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
@@ -123,3 +124,9 @@ class FineTuningTask:
 
     def submission(self, model, split: str, autocast):
         return None  # every split has its labels: GLUE's test sets hide theirs (ClassificationTask)
+
+
+def pooled_share(config) -> float:
+    """The share of the tokens a pooled model's last layer computes (model.pooled_rows): one a row with
+    [CLS] pooling, counted against seq-len (batches as wide as that), else every one."""
+    return 1 / config.seq_len if config.pooling == "cls" else 1.0

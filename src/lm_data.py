@@ -340,6 +340,7 @@ class CorpusTask:
     loss to lower, and every split's targets in the data itself (tokens, or the teacher's), so no
     labels to keep from a checkpoint and nothing to submit."""
     best_metric = "loss"
+    last_layer_share = 1.0  # every token's state is read (an MLM's masked slots alone: MaskedLMTask)
 
     def __init__(self, config, vocab, device, data: LanguageModelData):
         self.config = config

@@ -77,6 +77,8 @@ class MaskedLMTask(CorpusTask):
             config, vocab, rank, world_size, static_rule=self.masker.rule if config.masking == "static" else None,
             pairs=None if self.objective == "none" else self.objective))
         self.predictions_per_token = masked_share(config)
+        # the last layer computes the masked slots, and [CLS] for a sentence objective
+        self.last_layer_share = self.predictions_per_token + (self.objective != "none") / config.seq_len
         if self.objective != "none":
             self.data.check(("train",))  # fail early on shards without the sentence pairs
 

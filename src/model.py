@@ -123,19 +123,47 @@ class SelfAttention(nn.Module):
     def projections(self, x) -> torch.Tensor:
         """q, k and v stacked, [3, batch, heads, length, head_width], before rotary positions turn q
         and k: what relation distillation (distill_task.py) compares."""
-        batch, length, width = x.shape
-        return self.qkv(x).view(batch, length, 3, self.heads, width // self.heads).permute(2, 0, 3, 1, 4)
+        return self.by_head(self.qkv(x), 3)
 
-    def forward(self, x, attention_mask=None, rotary=None):
-        batch, length, width = x.shape
-        q, k, v = self.projections(x)
+    def row_projections(self, x, rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q at the rows' positions alone ([batch, heads, P, head_width]), k and v everywhere. One
+        matmul for all three still (slices of the weight would keep an ONNX export's last layer from
+        int8 quantization), its queries picked after."""
+        width = x.shape[-1]
+        qkv = self.qkv(x)
+        return self.by_head(at_positions(qkv[..., :width], rows), 1)[0], *self.by_head(qkv[..., width:], 2)
+
+    def by_head(self, y, parts: int) -> torch.Tensor:
+        """[batch, length, parts x width] -> [parts, batch, heads, length, head_width]."""
+        batch, length, _ = y.shape
+        return y.view(batch, length, parts, self.heads, -1).permute(2, 0, 3, 1, 4)
+
+    def forward(self, x, attention_mask=None, rotary=None, rows=None):
+        """rows: [batch, P] positions whose queries alone are computed; the output is then [batch, P,
+        width]. Not with a causal mask by SDPA's flag (Encoder.last_layer sees to that)."""
+        batch, _, width = x.shape
+        q, k, v = self.projections(x) if rows is None else self.row_projections(x, rows)
         if rotary is not None:
-            q, k = rotate(q, rotary), rotate(k, rotary)
+            query_angles = rotary if rows is None else tuple(at_query_rows(angles, rows) for angles in rotary)
+            q, k = rotate(q, query_angles), rotate(k, rotary)
+        if rows is not None and attention_mask is not None:
+            attention_mask = at_query_rows(attention_mask, rows)
         dropout = self.dropout if self.training else 0.0
         # A padding mask is combined with causality in Encoder.attention_mask; alone, SDPA's flag is faster.
         causal = self.causal and attention_mask is None
         y = attend(q, k, v, attention_mask, dropout, causal)
-        return self.out(y.transpose(1, 2).reshape(batch, length, width))
+        return self.out(y.transpose(1, 2).reshape(batch, q.shape[2], width))
+
+
+def at_query_rows(per_query, rows):
+    """A mask [batch, 1, queries, keys] or rotary's angles ([length, head_width], or [batch, 1, length,
+    head_width]) at the rows' query positions; a mask shared by every query ([batch, 1, 1, keys]) as
+    it is."""
+    if per_query.dim() == 2:
+        return per_query[rows][:, None]
+    if per_query.shape[2] == 1:
+        return per_query
+    return per_query.gather(2, rows[:, None, :, None].expand(-1, 1, -1, per_query.shape[-1]))
 
 
 def attend(q, k, v, attention_mask, dropout: float, causal: bool):
@@ -195,11 +223,13 @@ class EncoderLayer(nn.Module):
         """What the attention reads: the layer's input, normalised first in a pre-norm layer."""
         return self.attention_norm(x) if self.pre_norm else x
 
-    def forward(self, x, attention_mask=None, rotary=None):
+    def forward(self, x, attention_mask=None, rotary=None, rows=None):
+        """rows: [batch, P] positions whose states alone are computed (SelfAttention.forward)."""
+        residual = x if rows is None else at_positions(x, rows)
         if self.pre_norm:
-            x = x + self.dropout(self.attention(self.attention_norm(x), attention_mask, rotary))
+            x = residual + self.dropout(self.attention(self.attention_norm(x), attention_mask, rotary, rows))
             return x + self.dropout(self.feed_forward(self.feed_forward_norm(x)))
-        x = self.attention_norm(x + self.dropout(self.attention(x, attention_mask, rotary)))
+        x = self.attention_norm(residual + self.dropout(self.attention(x, attention_mask, rotary, rows)))
         return self.feed_forward_norm(x + self.dropout(self.feed_forward(x)))
 
 
@@ -215,17 +245,33 @@ class Encoder(nn.Module):
         # Pre-norm leaves the residual stream unnormalised: one norm after the last layer.
         self.final_norm = make_norm(config) if config.pre_norm else None
 
-    def forward(self, input_ids, attention_mask=None, segment_ids=None, embedded=None, document_ids=None):
+    def forward(self, input_ids, attention_mask=None, segment_ids=None, embedded=None, document_ids=None,
+                rows=None):
         """attention_mask: bool [batch, length], True for real tokens; None when nothing is padded.
         embedded: inputs already embedded, in place of input_ids. document_ids: [batch, length] for
-        rows of documents packed apart: a token sees its own document only, at positions from 0."""
+        rows of documents packed apart: a token sees its own document only, at positions from 0.
+        rows: [batch, P] positions whose states alone are wanted (an MLM's masked slots, [CLS]): the
+        output is [batch, P, width], and the last layer computes those alone."""
         positions = token_positions(document_ids)
         attention_mask = self.attention_mask(attention_mask, document_ids)
         x = self.embeddings(input_ids, segment_ids, positions) if embedded is None else embedded
         rotary = None if self.rotary is None else self.rotary(x.shape[1], positions)
-        for layer in self.layers:
+        for layer in self.layers[:-1]:
             x = layer(x, attention_mask, rotary)
+        x = self.last_layer(x, attention_mask, rotary, rows)
         return x if self.final_norm is None else self.final_norm(x)
+
+    def last_layer(self, x, attention_mask, rotary, rows):
+        """The last layer, on the rows alone where asked (MosaicBERT's saving: its queries, output
+        projection and feed-forward on about 15% of an MLM's tokens, one in a classifier's row); on
+        every position under causality by SDPA's flag or FlexAttention's block mask, which want the
+        whole square of queries, and then the rows picked."""
+        last = self.layers[-1]
+        if rows is None:
+            return last(x, attention_mask, rotary)
+        if self.causal or not (attention_mask is None or torch.is_tensor(attention_mask)):
+            return at_positions(last(x, attention_mask, rotary), rows)
+        return last(x, attention_mask, rotary, rows)
 
     def layer_projections(self, index: int, input_ids, attention_mask=None, document_ids=None,
                           with_output: bool = False):
@@ -334,8 +380,8 @@ class BertForMaskedLM(nn.Module):
 
     def forward(self, input_ids, positions, labels=None, attention_mask=None, segment_ids=None, document_ids=None):
         """Logits at the masked positions only, [batch, P, vocab], and their mean loss."""
-        hidden = self.encoder(input_ids, attention_mask, segment_ids, document_ids=document_ids)
-        logits = self.head(at_positions(hidden, positions))
+        hidden = self.encoder(input_ids, attention_mask, segment_ids, document_ids=document_ids, rows=positions)
+        logits = self.head(hidden)
         return logits, None if labels is None else token_loss(logits, labels)
 
 
@@ -372,8 +418,9 @@ class BertForPreTraining(BertForMaskedLM):
     def forward(self, input_ids, positions, labels=None, attention_mask=None, segment_ids=None,
                 sentence_labels=None, document_ids=None):
         """(masked logits, sentence logits [batch, classes], MLM loss + sentence loss)."""
-        hidden = self.encoder(input_ids, attention_mask, segment_ids, document_ids=document_ids)
-        logits = self.head(at_positions(hidden, positions))
+        rows = torch.cat([first_rows(input_ids), positions], dim=1)  # [CLS] for the pair, then the masked
+        hidden = self.encoder(input_ids, attention_mask, segment_ids, document_ids=document_ids, rows=rows)
+        logits = self.head(hidden[:, 1:])
         sentence_logits = self.classify_pair(hidden)
         if labels is None:
             return logits, sentence_logits, None
@@ -439,8 +486,8 @@ class ElectraForPreTraining(nn.Module):
         generator's samples at the masked positions (a sample may be the original token)."""
         embedded = self.encoder.embeddings(input_ids, segment_ids, token_positions(document_ids))
         generated = self.generator(None, attention_mask, embedded=self.generator_input(embedded),
-                                   document_ids=document_ids)
-        generator_logits = self.generator_head(at_positions(generated, positions))
+                                   document_ids=document_ids, rows=positions)
+        generator_logits = self.generator_head(generated)
         with torch.no_grad():  # the discriminator's input is data, not a path for gradients
             noise = torch.rand(generator_logits.shape, generator=sampling, device=generator_logits.device)
             sampled = (generator_logits.float() - torch.log(-torch.log(noise.clamp_min(1e-20)))).argmax(-1)
@@ -470,7 +517,7 @@ class BertForSequenceClassification(nn.Module):
         self.apply(init_weights)
 
     def forward(self, input_ids, labels=None, attention_mask=None, segment_ids=None):
-        hidden = self.encoder(input_ids, attention_mask, segment_ids)
+        hidden = self.encoder(input_ids, attention_mask, segment_ids, rows=pooled_rows(input_ids, self.config.pooling))
         pooled = torch.tanh(self.pooler(pool(hidden, attention_mask, self.config.pooling)))
         logits = self.classifier(self.dropout(pooled))
         return logits, None if labels is None else self.loss(logits, labels)
@@ -482,8 +529,19 @@ class BertForSequenceClassification(nn.Module):
         return F.cross_entropy(logits.float(), labels)
 
 
+def pooled_rows(input_ids, pooling: str):
+    """The rows `pool` reads, for Encoder.forward: [CLS] alone (cls), or None: every token (mean)."""
+    return first_rows(input_ids) if pooling == "cls" else None
+
+
+def first_rows(input_ids):
+    """Position 0 of each row, [batch, 1]: [CLS]."""
+    return input_ids.new_zeros(input_ids.shape[0], 1)
+
+
 def pool(hidden, attention_mask, pooling: str):
-    """One vector per sentence: [CLS]'s state (cls), or the mean over real tokens (mean)."""
+    """One vector per sentence: [CLS]'s state (cls: the first of `hidden`, all of it when the encoder
+    ran on pooled_rows), or the mean over real tokens (mean)."""
     if pooling == "cls":
         return hidden[:, 0]
     if attention_mask is None:
@@ -504,7 +562,7 @@ class BertForEmbedding(nn.Module):
         self.apply(init_weights)
 
     def forward(self, input_ids, attention_mask=None, segment_ids=None):
-        hidden = self.encoder(input_ids, attention_mask, segment_ids)
+        hidden = self.encoder(input_ids, attention_mask, segment_ids, rows=pooled_rows(input_ids, self.config.pooling))
         return F.normalize(pool(hidden, attention_mask, self.config.pooling).float(), dim=-1)
 
 
@@ -552,29 +610,35 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def flops_per_token(config: ModelConfig, seq_len: int, predictions_per_token: float) -> float:
-    """Training FLOPs per input token (forward + backward = 3x forward), for MFU.
+def flops_per_token(config: ModelConfig, seq_len: int, predictions_per_token: float,
+                    last_layer_share: float = 1.0) -> float:
+    """Training FLOPs per input token (forward + backward = 3x forward), for MFU: the work a step
+    needs, not work done and thrown away.
 
     Encoder matmuls: 2 * (4 d^2 + 2 d d_ff) per layer (3 d d_ff with geglu's gate) plus attention
-    scores and mixing (2 * 2 * seq_len * d, counted whole with a causal mask too); the head
-    runs on `predictions_per_token` of the tokens.
+    scores and mixing (2 * 2 * seq_len * d, counted whole with a causal mask too); the last layer
+    computes all but its keys and values on `last_layer_share` of the tokens (Encoder.forward's
+    rows); the head runs on `predictions_per_token` of them.
     """
     d = config.d_model
     head = predictions_per_token * 2 * (d * d + d * config.vocab_size)
-    forward = encoder_flops(config, seq_len) + head
-    if config.generator_heads:  # ELECTRA: the generator with its head as input, the detector on every token
-        generator = generator_config(config)
+    forward = encoder_flops(config, seq_len, last_layer_share) + head
+    if config.generator_heads:  # ELECTRA: the generator, on the masked rows at the last, with its head as
+        generator = generator_config(config)  # input; the detector on every token
         g = generator.d_model
-        forward += 2 * d * g + encoder_flops(generator, seq_len) + 2 * (d * d + d)
+        forward += 2 * d * g + encoder_flops(generator, seq_len, predictions_per_token) + 2 * (d * d + d)
         forward += predictions_per_token * 2 * (g * d - d * d)  # its head reads g, not d, features
     return 3 * forward
 
 
-def encoder_flops(config: ModelConfig, seq_len: int) -> float:
-    """Forward matmul FLOPs per token of the encoder layers."""
+def encoder_flops(config: ModelConfig, seq_len: int, last_layer_share: float = 1.0) -> float:
+    """Forward matmul FLOPs per token of the encoder layers, the last on `last_layer_share` of the
+    tokens but for its keys and values."""
     d = config.d_model
     feed_forward = (3 if config.feed_forward == "geglu" else 2) * d * config.d_ff
-    return config.n_layer * (2 * (4 * d * d + feed_forward) + 4 * seq_len * d)
+    keys_and_values = 2 * 2 * d * d
+    rest = 2 * (2 * d * d + feed_forward) + 4 * seq_len * d  # q and out, feed-forward, attention
+    return (config.n_layer - 1) * (keys_and_values + rest) + keys_and_values + last_layer_share * rest
 
 
 # ----------------------------------------------------------------------------- size from the shape

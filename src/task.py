@@ -21,6 +21,7 @@ class Task(Protocol):
     device: torch.device
     best_metric: str  # the validation metric that picks best.pt (run_plan.lower_is_better says which way)
     predictions_per_token: float  # share of the input tokens the output head scores, for MFU
+    last_layer_share: float  # share of the tokens the last layer computes (model.Encoder's rows), for MFU
     measuring_keys: tuple[str, ...]  # Config fields that decide what the scores mean: a resumed run keeps them
     data_source: str | None  # what it trains on, kept in its checkpoints for their lineage
 

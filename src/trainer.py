@@ -231,7 +231,8 @@ class Trainer:
             peak, source = hardware.peak_flops(self.device, self.dtype, self.config.peak_tflops)
             run.log(f"mfu against a {str(self.dtype).removeprefix('torch.')} matmul peak of "
                     f"{peak / 1e12:.3g} TFLOP/s, {source}")
-        per_token = flops_per_token(unwrap(run.model).config, self.config.seq_len, self.task.predictions_per_token)
+        per_token = flops_per_token(unwrap(run.model).config, self.config.seq_len, self.task.predictions_per_token,
+                                    self.task.last_layer_share)
         meter = Throughput(per_token, peak, self.world_size, self.device, run.tokens)
         if run.log_sums is not None:
             meter.restore(run.log_sums)

@@ -17,19 +17,37 @@ def test_cpu_dropout_zeroes_its_share_and_scales_the_rest_in_training_only():
     assert torch.equal(dropout.eval()(x), x)
 
 
+def test_cpu_dropout_passes_the_gradient_of_the_kept_elements_scaled():
+    x = torch.randn(64, 300, requires_grad=True)
+    y = Dropout(0.25)(x)
+    y.backward(torch.ones_like(y))
+    kept = y != 0
+    torch.testing.assert_close(y[kept], x[kept] / 0.75)
+    torch.testing.assert_close(x.grad, kept.float() / 0.75)
+
+
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
 def test_keep_mask_keeps_each_element_with_its_chance_independently(p):
     torch.manual_seed(0)
-    mask, chance = keep_mask((1000, 1000), p, "cpu")
+    mask, chance = keep_mask((1000, 1000), p, torch.float32, "cpu")
     assert chance == pytest.approx(1 - p, abs=2 ** -16)
+    assert mask.dtype == torch.float32 and set(mask.unique().tolist()) == {0.0, 1.0}
     assert mask.float().mean().item() == pytest.approx(chance, abs=0.002)  # 4 sd of a million draws
     by_lane = mask.view(-1, 4).float().mean(0)  # the four 16-bit draws of one 64-bit word each keep alike
     torch.testing.assert_close(by_lane, torch.full((4,), chance), rtol=0, atol=0.005)
     pairs = mask.view(-1, 2).float()  # neighbours, drawn from one word, are independent
     assert (pairs[:, 0] * pairs[:, 1]).mean().item() == pytest.approx(chance ** 2, abs=0.003)
     torch.manual_seed(0)
-    assert torch.equal(keep_mask((1000, 1000), p, "cpu")[0], mask)  # the global generator's seed decides
-    assert not torch.equal(keep_mask((1000, 1000), p, "cpu")[0], mask)
+    assert torch.equal(keep_mask((1000, 1000), p, torch.float32, "cpu")[0], mask)  # the global generator decides
+    assert not torch.equal(keep_mask((1000, 1000), p, torch.float32, "cpu")[0], mask)
+
+
+def test_keep_mask_keeps_everything_below_its_resolution_and_drops_all_but_one_in_65536_at_most():
+    kept, chance = keep_mask((8, 8), 2 ** -18, torch.bfloat16, "cpu")
+    assert chance == 1.0 and kept.dtype == torch.bfloat16 and kept.eq(1).all()
+    torch.manual_seed(0)
+    kept, chance = keep_mask((1000, 1000), 1 - 2 ** -20, torch.float32, "cpu")
+    assert chance == 2 ** -16 and kept.sum().item() < 60  # 15 expected
 
 
 def reference_attention_with_dropout(q, k, v, mask, dropout: float, seed: int):
@@ -37,7 +55,7 @@ def reference_attention_with_dropout(q, k, v, mask, dropout: float, seed: int):
     scores = (q.float() @ k.float().transpose(-2, -1)) / q.shape[-1] ** 0.5
     weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
     torch.manual_seed(seed)
-    kept, chance = keep_mask(weights.shape, dropout, weights.device)
+    kept, chance = keep_mask(weights.shape, dropout, weights.dtype, weights.device)
     return (weights * kept / chance) @ v.float()
 
 

@@ -5,7 +5,8 @@ import torch.nn.functional as F
 
 from masking import MaskingRule, mask_tokens
 from model import (IGNORE_INDEX, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification,
-                   ElectraForPreTraining, ModelConfig, count_parameters, flops_per_token, estimated_parameters)
+                   ElectraForPreTraining, ModelConfig, at_positions, count_parameters, estimated_parameters,
+                   flops_per_token)
 
 
 def small_config(**changes) -> ModelConfig:
@@ -35,6 +36,64 @@ def test_masked_only_loss_equals_full_vocabulary_loss():
     full_labels[rows[used], positions[used]] = labels[used]
     reference = F.cross_entropy(logits_everywhere.flatten(0, 1), full_labels.flatten(), ignore_index=IGNORE_INDEX)
     torch.testing.assert_close(loss, reference, rtol=1e-5, atol=1e-6)
+
+
+LAYOUTS = [{}, dict(norm="preln", position="rope"), dict(norm="rmsnorm", feed_forward="geglu"),
+           dict(position="sinusoidal")]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_last_layer_on_the_rows_alone_gives_their_states_of_the_whole_encoder(layout):
+    torch.manual_seed(0)
+    config = small_config(**layout)
+    model = BertForMaskedLM(config).eval()
+    inputs, positions, labels = masked_batch(config)
+    real = torch.ones_like(inputs, dtype=torch.bool)
+    real[1, 20:] = False
+    documents = (torch.arange(32) >= 12).long().expand(4, -1)  # two documents packed apart in each row
+    for extra in (dict(), dict(attention_mask=real), dict(attention_mask=real, document_ids=documents)):
+        everywhere = model.encoder(inputs, **extra)
+        rows = model.encoder(inputs, **extra, rows=positions)
+        assert rows.shape == (*positions.shape, config.d_model)
+        torch.testing.assert_close(rows, at_positions(everywhere, positions), rtol=1e-5, atol=1e-5)
+    logits, loss = model(inputs, positions, labels, attention_mask=real)
+    torch.testing.assert_close(logits, model.head(at_positions(model.encoder(inputs, real), positions)))
+
+
+def test_the_rows_of_a_causal_encoder_are_its_states_there():
+    torch.manual_seed(0)
+    model = BertForMaskedLM(small_config(causal=True)).eval()
+    inputs, positions, _ = masked_batch(model.config)
+    torch.testing.assert_close(model.encoder(inputs, rows=positions), at_positions(model.encoder(inputs), positions))
+
+
+def test_models_reading_some_rows_give_what_the_whole_encoder_gives():
+    torch.manual_seed(0)
+    inputs, positions, labels = masked_batch(small_config())
+    real = torch.ones_like(inputs, dtype=torch.bool)
+    real[2, 9:] = False
+    classifier = BertForSequenceClassification(small_config(num_labels=3)).eval()
+    expected = classifier.classifier(torch.tanh(classifier.pooler(classifier.encoder(inputs, real)[:, 0])))
+    torch.testing.assert_close(classifier(inputs, attention_mask=real)[0], expected)
+    pretraining = BertForPreTraining(small_config(sentence_classes=2)).eval()
+    hidden = pretraining.encoder(inputs, real)
+    masked_logits, sentence_logits, _ = pretraining(inputs, positions, attention_mask=real)
+    torch.testing.assert_close(masked_logits, pretraining.head(at_positions(hidden, positions)))
+    torch.testing.assert_close(sentence_logits, pretraining.classify_pair(hidden))
+    electra = ElectraForPreTraining(small_config(generator_heads=2)).eval()
+    generated = electra.generator(None, real, embedded=electra.generator_input(electra.encoder.embeddings(inputs)))
+    generator_logits, _, _ = electra(inputs, positions, labels, inputs, attention_mask=real)
+    torch.testing.assert_close(generator_logits, electra.generator_head(at_positions(generated, positions)))
+
+
+def test_training_on_rows_reaches_every_weight_of_the_last_layer():
+    torch.manual_seed(0)
+    config = small_config(dropout=0.1)
+    model = BertForMaskedLM(config)
+    inputs, positions, labels = masked_batch(config)
+    model(inputs, positions, labels)[1].backward()
+    qkv = model.encoder.layers[-1].attention.qkv.weight.grad
+    assert all(part.abs().sum() > 0 for part in qkv.chunk(3))  # q from the rows, k and v from every token
 
 
 def test_padding_does_not_change_real_tokens():
@@ -117,6 +176,14 @@ def test_flops_grow_with_model_size():
     small = flops_per_token(small_config(), 32, 0.15)
     wider = flops_per_token(small_config(d_model=128, d_ff=256), 32, 0.15)
     assert 3 < wider / small < 5  # matmul work grows with the square of the width
+
+
+def test_flops_count_the_last_layer_at_its_rows_but_for_keys_and_values():
+    config = small_config()
+    every_row, masked_rows = flops_per_token(config, 32, 0.15), flops_per_token(config, 32, 0.15, 0.15)
+    d, d_ff = config.d_model, config.d_ff
+    queries_out_feed_forward_attention = 2 * (2 * d * d + 2 * d * d_ff) + 4 * 32 * d
+    assert every_row - masked_rows == pytest.approx(3 * 0.85 * queries_out_feed_forward_attention)
 
 
 # ----------------------------------------------------------------------------- size from the shape

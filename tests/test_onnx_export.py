@@ -128,7 +128,8 @@ def test_quantize_int8_scores_both_graphs_on_the_runs_validation_split(vocab, tm
     for kind, name in (("float32", "model.onnx"), ("int8", "model_qint8.onnx")):
         assert report[kind]["file"] == f"onnx/{name}"
         assert report[kind]["megabytes"] == round((graphs / name).stat().st_size / 2 ** 20, 2)
-    assert report["int8"]["megabytes"] < report["float32"]["megabytes"] / 2
+    # the weights at a quarter of their bytes; the graph's own (names, shapes, small ops) stay as they are
+    assert report["int8"]["megabytes"] < report["float32"]["megabytes"] * 0.6
     # The float32 graph scores as our model does on the same split.
     settings = checkpoints.saved_settings(checkpoints.load(checkpoint))
     task = ClassificationTask(Config(**settings), vocab, torch.device("cpu"))
