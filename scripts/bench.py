@@ -42,7 +42,8 @@ sys.path.insert(0, str(ROOT / "src"))
 from batching import pad_multiple, padded_width  # noqa: E402
 from masking import MaskingRule, mask_tokens, predictions_per_sequence  # noqa: E402
 from model import IGNORE_INDEX, BertForMaskedLM, BertForSequenceClassification, ModelConfig, flops_per_token  # noqa: E402
-from hardware import peak_flops, seconds_per_call, select_device, select_dtype, synchronize  # noqa: E402
+from hardware import (keep_freed_memory, peak_flops, seconds_per_call, select_device, select_dtype,  # noqa: E402
+                      synchronize)
 
 # layers, width, heads
 SIZES = {"small": (2, 128, 2), "medium": (4, 256, 4), "original": (6, 768, 12), "base": (12, 768, 12)}
@@ -396,8 +397,9 @@ def print_mfu_table(sizes: list[str], rates: dict, batch_size: int, dtype: torch
     """MFU against the matmul peak of the dtype the step runs in (float32 where the CPU lacks bf16)."""
     name = dtype_name(dtype)
     print()
-    print("MFU of the MLM step: useful FLOPs (encoder on all tokens, head on the 15% masked slots;\n"
-          f"transformers' head on all 128 positions is extra work, not counted) per second over the {name} peak")
+    print("MFU of the MLM step: useful FLOPs (encoder on all tokens; the last layer but for its keys and values,\n"
+          "and the head, on the 15% masked slots; transformers' last layer and head on all 128 positions are extra\n"
+          f"work, not counted) per second over the {name} peak")
     print()
     print(f"| size | useful GFLOP/step | ours GFLOP/s | ours MFU {name} | transformers GFLOP/s | "
           f"transformers MFU {name} |")
@@ -485,6 +487,8 @@ def print_floor_table(floors: dict, sentences: int):
 def main(argv=None):
     args = parse_args(argv)
     device = select_device(args.device)
+    # the trainer's CPU allocator setting, here for both sides: the ratios are the code's alone
+    kept = device.type == "cpu" and keep_freed_memory()
     if args.measure_memory:  # the subprocess peak_memory_mib starts
         mib = measure_memory(args.measure_memory, args.sizes[0], args.batch_size, args.steps, device)
         print(json.dumps({"mib": mib}))
@@ -493,7 +497,7 @@ def main(argv=None):
     peak, source = peak_flops(device, dtype, 0.0)  # the trainer's and gpu_check.py's peak, found the same way
     print(f"device {device}, {torch.get_num_threads()} threads, autocast {dtype_name(dtype)}, "
           f"batch {args.batch_size} x {SEQ_LEN}, vocab {VOCAB_SIZE}, "
-          f"median of {args.rounds} rounds of {args.steps} steps")
+          f"median of {args.rounds} rounds of {args.steps} steps{', freed memory kept (both sides)' if kept else ''}")
     print(f"matmul peak in {dtype_name(dtype)}: {peak / 1e9:,.1f} GFLOP/s, {source}")
     if args.sizes:
         print_mlm_tables(args, device, dtype, peak)

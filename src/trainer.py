@@ -84,6 +84,8 @@ class Trainer:
         self.rank = rank
         self.world_size = world_size
         self.device = task.device
+        if self.device.type == "cpu":
+            hardware.keep_freed_memory()
         self.starter = RunStarter(config, task, hardware.select_dtype(config.dtype, self.device), rank, world_size)
 
     @property

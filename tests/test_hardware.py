@@ -1,6 +1,10 @@
 """The MFU denominator: published GPU peaks by name, the peak-tflops key, the best of several
-measured tries, and a re-measurement (said in the log) when MFU would read above 100%."""
+measured tries, and a re-measurement (said in the log) when MFU would read above 100%; the CPU
+allocator's setting."""
+import os
 import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,3 +77,37 @@ def test_the_limit_can_be_set():
     with pytest.raises(UserError, match=r"^x: the model would allocate 0.0075 GiB \(2 x 1,000,000 float32 weights\), "
                                         r"more than --max-gib 0.001 GiB$"):
         hardware.check_fits_memory(10**6, copies=2, limit_gib=0.001, source="x", flag="--max-gib")
+
+
+HEAP_CHECK = """
+import ctypes, sys
+import torch
+import hardware
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                     "fsmblks", "uordblks", "fordblks", "keepcost")]
+mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
+mallinfo2.restype = MallInfo2
+if sys.argv[1] == "kept":
+    assert hardware.keep_freed_memory()
+mapped = mallinfo2().hblkhd
+block = torch.ones(6 * 2**20)  # 24 MiB
+mapped_with_block = mallinfo2().hblkhd
+del block
+print(mapped_with_block - mapped, mallinfo2().fordblks)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "confstr") or "glibc" not in (os.confstr("CS_GNU_LIBC_VERSION") or ""),
+                    reason="mallopt and mallinfo2 are glibc's")
+def test_freed_memory_is_kept_for_the_next_step_under_glibc():
+    """A fresh process maps a 24 MiB block of its own and unmaps it when freed (the next one faults
+    its pages in again); after keep_freed_memory the block comes from the heap and stays there, free."""
+    def run(arm: str) -> tuple[int, int]:
+        output = subprocess.run([sys.executable, "-c", HEAP_CHECK, arm], capture_output=True, text=True, check=True,
+                                cwd=Path(hardware.__file__).parent).stdout
+        return tuple(int(number) for number in output.split())
+    mapped, _ = run("default")
+    assert mapped >= 24 * 2**20
+    mapped, free_in_heap = run("kept")
+    assert mapped == 0 and free_in_heap >= 24 * 2**20
