@@ -35,13 +35,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 from batching import pad_multiple, padded_width  # noqa: E402
 from masking import MaskingRule, mask_tokens, predictions_per_sequence  # noqa: E402
-from model import IGNORE_INDEX, BertForMaskedLM, BertForSequenceClassification, ModelConfig, flops_per_token  # noqa: E402
+from model import (IGNORE_INDEX, BertForMaskedLM, BertForSequenceClassification, ModelConfig,  # noqa: E402
+                   attend, flops_per_token)
 from hardware import (keep_freed_memory, peak_flops, seconds_per_call, select_device, select_dtype,  # noqa: E402
                       synchronize)
 
@@ -300,7 +300,7 @@ def compare_finetuning(size: str, epoch: list[dict], vocab, steps: int, rounds: 
 def kernel_floor(size: str, batches: list[dict], vocab, dtype) -> dict[str, float]:
     """Seconds the fine-tuning steps over `batches` cannot go below on this device: each layer's GEMMs
     (forward and the two backward products, in the step's dtype), its attention (forward and backward,
-    float32 under bf16 on the CPU as cpu_kernels runs short rows) and fused AdamW over the model's
+    model.attend's fastest path for the length, without dropout) and fused AdamW over the model's
     weights, each timed alone at the batches' shapes; the last layer's keys and values at every
     token, the rest at [CLS] alone, as ours computes it. A ratio against transformers above what this
     floor allows is out of reach whatever the rest of the step does."""
@@ -316,9 +316,14 @@ def kernel_floor(size: str, batches: list[dict], vocab, dtype) -> dict[str, floa
         return sum(products(k, n) for k, n in shapes)
 
     def attention(queries: int, length: int) -> float:
-        q = torch.randn(rows, heads, queries, width // heads, requires_grad=True)
-        k, v = (torch.randn(rows, heads, length, width // heads, requires_grad=True) for _ in range(2))
-        return seconds_per_call(lambda: F.scaled_dot_product_attention(q, k, v).sum().backward())
+        q = torch.randn(rows, heads, queries, width // heads, dtype=dtype, requires_grad=True)
+        k, v = (torch.randn(rows, heads, length, width // heads, dtype=dtype, requires_grad=True) for _ in range(2))
+
+        def forward_and_backward():
+            with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+                y = attend(q, k, v, None, 0.0, False)
+            y.float().sum().backward()
+        return seconds_per_call(forward_and_backward)
 
     def layers_gemms(length: int) -> float:
         return ((layers - 1) * gemms(rows * length, every_token) + gemms(rows * length, keys_and_values)

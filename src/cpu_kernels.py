@@ -1,6 +1,7 @@
-"""Faster CPU paths for attention and dropout, where PyTorch's own are slow: under bf16 autocast its
-fused attention kernels take twice the float32 time on short rows and lack dropout (falling back to an
-unfused float32 path), and F.dropout's mask comes from a slow bernoulli_. GPUs never come here; a
+"""Faster CPU paths for attention and dropout, where PyTorch's own are slow under bf16 autocast: its
+fused attention kernels lack dropout (falling back to an unfused float32 path) and on short rows take
+twice the time of attention spelled out in bf16 matmuls, its bf16 kernel is slower than its float32
+one below 256, and F.dropout's mask comes from a slow bernoulli_. GPUs never come here; a
 reader of the model can skip this file. The timings are in etc/results.md ("Where a training step's
 time goes", "Against transformers at BERT's sizes").
 """
@@ -11,18 +12,22 @@ import torch.nn.functional as F
 from torch import nn
 
 
-# From this row length on, the CPU's bf16 fused attention beats its float32 one (etc/results.md,
-# "Attention's dtype by length").
+# Key lengths where each path is fastest, forward and backward (etc/results.md, "Attention's dtype by
+# length" and "Fine-tuning past 3x"): spelled out below SPELLED_OUT_BELOW (twice the fused kernels'
+# speed at 128), the float32 fused kernel from there, the bf16 one from BF16_ATTENTION_FROM.
+SPELLED_OUT_BELOW = 160
 BF16_ATTENTION_FROM = 256
 
 
 def attention(q, k, v, attention_mask, dropout: float, causal: bool):
-    """Attention on the CPU under bf16 autocast: without dropout, the fused kernel, in float32 on rows
-    shorter than BF16_ATTENTION_FROM; with dropout, spelled out (causality then comes as part of
-    attention_mask)."""
-    if dropout > 0:
-        return attention_with_dropout(q, k, v, attention_mask, dropout)
-    if q.shape[-2] >= BF16_ATTENTION_FROM:
+    """Attention on the CPU under bf16 autocast: spelled out with dropout (which the fused kernels
+    lack) and on short rows; else the fused kernel, in float32 below BF16_ATTENTION_FROM."""
+    length = k.shape[-2]
+    if dropout > 0 or length < SPELLED_OUT_BELOW:
+        if causal:  # set only without a mask (model.SelfAttention)
+            attention_mask = torch.ones(q.shape[-2], length, dtype=torch.bool, device=q.device).tril()
+        return spelled_out_attention(q, k, v, attention_mask, dropout)
+    if length >= BF16_ATTENTION_FROM:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, is_causal=causal)
     with torch.autocast("cpu", enabled=False):
         y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=attention_mask,
@@ -30,12 +35,14 @@ def attention(q, k, v, attention_mask, dropout: float, causal: bool):
     return y.to(q.dtype)
 
 
-def attention_with_dropout(q, k, v, attention_mask, dropout: float):
+def spelled_out_attention(q, k, v, attention_mask, dropout: float):
     """Matmuls in bf16, the softmax in float32 (as Megatron-LM's unfused attention), dropout by `dropped`."""
     scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
     if attention_mask is not None:
         scores = scores.masked_fill(~attention_mask, float("-inf"))
-    weights = dropped(torch.softmax(scores.float(), dim=-1), dropout)
+    weights = torch.softmax(scores.float(), dim=-1)
+    if dropout > 0:
+        weights = dropped(weights, dropout)
     return weights.to(q.dtype) @ v
 
 

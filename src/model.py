@@ -174,8 +174,6 @@ def attend(q, k, v, attention_mask, dropout: float, causal: bool):
         return flex_attention()(q.contiguous(), k.contiguous(), v.contiguous(), block_mask=attention_mask)
     if q.device.type != "cpu" or q.dtype == torch.float32:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, dropout_p=dropout, is_causal=causal)
-    if causal and dropout > 0:  # the CPU's attention with dropout takes causality as a mask
-        attention_mask, causal = earlier_or_same(q.shape[2], q.device), False
     return cpu_attention(q, k, v, attention_mask, dropout, causal)
 
 

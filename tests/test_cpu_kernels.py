@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from cpu_kernels import BF16_ATTENTION_FROM, Dropout, keep_mask
+from cpu_kernels import BF16_ATTENTION_FROM, SPELLED_OUT_BELOW, Dropout, keep_mask
 from model import attend
 
 
@@ -86,11 +86,32 @@ def test_cpu_attention_with_dropout_under_bf16_autocast_drops_weights_and_matche
     assert not torch.equal(outputs[1][:, :, 8:], outputs[0][:, :, 8:])
 
 
-def test_cpu_attention_under_bf16_autocast_runs_in_fp32_and_returns_bf16():
+def test_cpu_attention_on_short_rows_under_bf16_autocast_is_spelled_out_and_matches_float32():
     generator = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 2, 16, 8, generator=generator).bfloat16() for _ in range(3))
     mask = torch.ones(2, 1, 1, 16, dtype=torch.bool)
     mask[1, ..., 12:] = False
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = attend(q, k, v, mask, 0.0, False)
+        spelled = torch.softmax((q @ k.transpose(-2, -1) / 8 ** 0.5).masked_fill(~mask, -torch.inf).float(), -1)
+        expected = spelled.bfloat16() @ v
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y, expected, rtol=0, atol=0)
+    in_float32 = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
+    torch.testing.assert_close(y.float(), in_float32, rtol=0.02, atol=0.02)  # bf16's precision
+    outputs = []
+    for values in (v, v.index_fill(2, torch.arange(8, 16), 9.0)):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            outputs.append(attend(q, k, values, None, 0.0, True))
+    torch.testing.assert_close(outputs[1][:, :, :8], outputs[0][:, :, :8], rtol=0, atol=0)  # causal: no later keys
+    assert not torch.equal(outputs[1][:, :, 8:], outputs[0][:, :, 8:])
+
+
+def test_cpu_attention_on_middle_rows_under_bf16_autocast_runs_the_fused_kernel_in_float32():
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, SPELLED_OUT_BELOW, 8, generator=generator).bfloat16() for _ in range(3))
+    mask = torch.ones(2, 1, 1, SPELLED_OUT_BELOW, dtype=torch.bool)
+    mask[1, ..., 100:] = False
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y = attend(q, k, v, mask, 0.0, False)
     expected = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
