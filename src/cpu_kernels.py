@@ -48,7 +48,7 @@ def spelled_out_attention(q, k, v, attention_mask, dropout: float):
 
 def dropped(x, p: float):
     """Dropout with the mask of `keep_mask`, scaled by the chance it keeps, so the mean stays: two
-    multiplications, vectorised where torch.where and a bool mask are not (a fifth of the time)."""
+    multiplications, vectorised where torch.where on a bool mask is not (a fifth of its time)."""
     kept, chance = keep_mask(x.shape, p, x.dtype, x.device)
     return (x * kept).mul_(1 / chance)
 

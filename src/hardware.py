@@ -29,7 +29,7 @@ def keep_freed_memory() -> bool:
     """Under glibc, blocks up to 32 MiB come from the heap and up to 1 GiB freed at its top stays with
     the process, so a CPU training step reuses the pages the last one touched instead of faulting in
     fresh zeroed ones (1.10-1.15x on the 4 x 256 fine-tuning step, the same peak memory: etc/results.md,
-    "The CPU's allocator"), as Intel's launcher gets from preloading jemalloc or tcmalloc. Elsewhere
+    "Fine-tuning past 3x"), as Intel's launcher gets from preloading jemalloc or tcmalloc. Elsewhere
     (macOS, musl) nothing; returns whether it was set."""
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt

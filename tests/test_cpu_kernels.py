@@ -59,6 +59,16 @@ def reference_attention_with_dropout(q, k, v, mask, dropout: float, seed: int):
     return (weights * kept / chance) @ v.float()
 
 
+def queries_keys_values_and_mask(length: int, padded_from: int):
+    """bf16 q, k and v [2 rows, 2 heads, length, 8], and a padding mask hiding the second row's keys
+    from padded_from on."""
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, length, 8, generator=generator).bfloat16() for _ in range(3))
+    mask = torch.ones(2, 1, 1, length, dtype=torch.bool)
+    mask[1, ..., padded_from:] = False
+    return q, k, v, mask
+
+
 def attend_with_dropout_after_seed(q, k, v, mask, causal: bool, seed: int = 5):
     """attend with dropout 0.25 under bf16 autocast, the global generator seeded first."""
     torch.manual_seed(seed)
@@ -67,10 +77,7 @@ def attend_with_dropout_after_seed(q, k, v, mask, causal: bool, seed: int = 5):
 
 
 def test_cpu_attention_with_dropout_under_bf16_autocast_drops_weights_and_matches_float32():
-    generator = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 2, 16, 8, generator=generator).bfloat16() for _ in range(3))
-    mask = torch.ones(2, 1, 1, 16, dtype=torch.bool)
-    mask[1, ..., 12:] = False
+    q, k, v, mask = queries_keys_values_and_mask(16, padded_from=12)
     y = attend_with_dropout_after_seed(q, k, v, mask, False)
     expected = reference_attention_with_dropout(q, k, v, mask, 0.25, seed=5)
     assert y.dtype == torch.bfloat16
@@ -87,10 +94,7 @@ def test_cpu_attention_with_dropout_under_bf16_autocast_drops_weights_and_matche
 
 
 def test_cpu_attention_on_short_rows_under_bf16_autocast_is_spelled_out_and_matches_float32():
-    generator = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 2, 16, 8, generator=generator).bfloat16() for _ in range(3))
-    mask = torch.ones(2, 1, 1, 16, dtype=torch.bool)
-    mask[1, ..., 12:] = False
+    q, k, v, mask = queries_keys_values_and_mask(16, padded_from=12)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y = attend(q, k, v, mask, 0.0, False)
         spelled = torch.softmax((q @ k.transpose(-2, -1) / 8 ** 0.5).masked_fill(~mask, -torch.inf).float(), -1)
@@ -108,10 +112,7 @@ def test_cpu_attention_on_short_rows_under_bf16_autocast_is_spelled_out_and_matc
 
 
 def test_cpu_attention_on_middle_rows_under_bf16_autocast_runs_the_fused_kernel_in_float32():
-    generator = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 2, SPELLED_OUT_BELOW, 8, generator=generator).bfloat16() for _ in range(3))
-    mask = torch.ones(2, 1, 1, SPELLED_OUT_BELOW, dtype=torch.bool)
-    mask[1, ..., 100:] = False
+    q, k, v, mask = queries_keys_values_and_mask(SPELLED_OUT_BELOW, padded_from=100)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y = attend(q, k, v, mask, 0.0, False)
     expected = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
@@ -120,10 +121,7 @@ def test_cpu_attention_on_middle_rows_under_bf16_autocast_runs_the_fused_kernel_
 
 
 def test_cpu_attention_on_long_rows_under_bf16_autocast_runs_the_bf16_kernel():
-    generator = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 2, BF16_ATTENTION_FROM, 8, generator=generator).bfloat16() for _ in range(3))
-    mask = torch.ones(2, 1, 1, BF16_ATTENTION_FROM, dtype=torch.bool)
-    mask[1, ..., 200:] = False
+    q, k, v, mask = queries_keys_values_and_mask(BF16_ATTENTION_FROM, padded_from=200)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y = attend(q, k, v, mask, 0.0, False)
     assert y.dtype == torch.bfloat16
