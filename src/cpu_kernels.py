@@ -1,8 +1,9 @@
-"""Faster CPU paths for attention and dropout, where PyTorch's own are slow under bf16 autocast: its
-fused attention kernels lack dropout (falling back to an unfused float32 path) and on short rows take
-twice the time of attention spelled out in bf16 matmuls, its bf16 kernel is slower than its float32
-one below 256, and F.dropout's mask comes from a slow bernoulli_. GPUs never come here; a
-reader of the model can skip this file. The timings are in etc/results.md ("Where a training step's
+"""Faster CPU paths for attention, dropout and the token loss, where PyTorch's own are slow under bf16
+autocast: its fused attention kernels lack dropout (falling back to an unfused float32 path) and on
+short rows take twice the time of attention spelled out in bf16 matmuls, its bf16 kernel is slower
+than its float32 one below 256, F.dropout's mask comes from a slow bernoulli_, and cross_entropy
+passes over the vocabulary's logits six times. GPUs never come here; a reader of the model can skip
+this file. The timings are in etc/results.md ("Where a training step's
 time goes", "Against transformers at BERT's sizes").
 """
 import math
@@ -66,6 +67,40 @@ def keep_mask(shape, p: float, dtype, device) -> tuple[torch.Tensor, float]:
     draws = words.view(torch.int16)[:count].view(shape)
     kept = draws.clamp(threshold - 1, threshold).sub_(threshold - 1).to(dtype)
     return kept, 1 - dropped_values / 2 ** 16
+
+
+class TokenCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of logits [N, vocab] against labels [N] (`ignore` where none is scored),
+    in float32: one softmax forward, kept for the gradient (softmax less one at the label, scaled), in
+    place of log_softmax, nll's dense zero gradient and log_softmax's backward (which exponentiates
+    again), each a pass over the vocabulary. Needs a single backward (the probabilities become the
+    gradient), as a training loss has. Labels all `ignore` give nan, as F.cross_entropy does."""
+
+    @staticmethod
+    def forward(ctx, logits, labels, ignore: int):
+        scored = labels != ignore
+        picked = labels.clamp_min(0).unsqueeze(-1)
+        wide = logits.float()
+        probabilities = torch.softmax(wide, dim=-1)
+        # log(sum(exp)) from the largest logit, whose probability (>= 1/vocab) never underflows
+        log_sum = wide.amax(-1) - probabilities.amax(-1).log()
+        count = scored.sum()
+        ctx.save_for_backward(probabilities, picked, scored, count)
+        ctx.dtype = logits.dtype
+        return ((log_sum - wide.gather(-1, picked).squeeze(-1)) * scored).sum() / count
+
+    @staticmethod
+    def backward(ctx, grad):
+        probabilities, picked, scored, count = ctx.saved_tensors
+        scale = grad / count * scored
+        gradient = probabilities.mul_(scale.unsqueeze(-1)).to(ctx.dtype)
+        # indexing, not scatter_add_, which copies a bf16 tensor whole to float32 and back
+        gradient[torch.arange(len(gradient), device=gradient.device), picked.squeeze(-1)] -= scale.to(ctx.dtype)
+        return gradient, None, None
+
+
+def token_cross_entropy(logits, labels, ignore: int):
+    return TokenCrossEntropy.apply(logits, labels, ignore)
 
 
 class Dropout(nn.Dropout):

@@ -24,10 +24,10 @@ from torch import nn
 # top-level module.
 try:
     from .architecture import IGNORE_INDEX, ModelConfig
-    from .cpu_kernels import Dropout, attention as cpu_attention
+    from .cpu_kernels import Dropout, attention as cpu_attention, token_cross_entropy
 except ImportError:
     from architecture import IGNORE_INDEX, ModelConfig
-    from cpu_kernels import Dropout, attention as cpu_attention
+    from cpu_kernels import Dropout, attention as cpu_attention, token_cross_entropy
 
 INIT_STD = 0.02  # BERT's: the spread of every initial weight
 
@@ -390,7 +390,10 @@ def at_positions(hidden, positions):
 
 
 def token_loss(logits, labels):
-    """Mean cross-entropy over the labelled tokens (IGNORE_INDEX elsewhere), in fp32."""
+    """Mean cross-entropy over the labelled tokens (IGNORE_INDEX elsewhere), in fp32. On the CPU in
+    eager mode by cpu_kernels' one-softmax kernel; torch.compile fuses PyTorch's own better."""
+    if logits.device.type == "cpu" and not torch.compiler.is_compiling():
+        return token_cross_entropy(logits.flatten(0, 1), labels.flatten(), IGNORE_INDEX)
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
 
 

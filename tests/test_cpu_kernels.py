@@ -1,9 +1,11 @@
-"""The CPU paths of attention and dropout (cpu_kernels.py): the same results as PyTorch's own."""
+"""The CPU paths of attention, dropout and the token loss (cpu_kernels.py): the same results as
+PyTorch's own."""
 import pytest
 import torch
+import torch.nn.functional as F
 
-from cpu_kernels import BF16_ATTENTION_FROM, SPELLED_OUT_BELOW, Dropout, keep_mask
-from model import attend
+from cpu_kernels import BF16_ATTENTION_FROM, SPELLED_OUT_BELOW, Dropout, keep_mask, token_cross_entropy
+from model import IGNORE_INDEX, attend, token_loss
 
 
 def test_cpu_dropout_zeroes_its_share_and_scales_the_rest_in_training_only():
@@ -129,3 +131,55 @@ def test_cpu_attention_on_long_rows_under_bf16_autocast_runs_the_bf16_kernel():
                                rtol=0, atol=0)
     in_float32 = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
     torch.testing.assert_close(y.float(), in_float32, rtol=0.02, atol=0.02)  # bf16's precision
+
+
+def logits_and_labels(dtype: torch.dtype, rows: int = 12, vocab: int = 50):
+    """Logits [rows, vocab] spread wide (a label far below the largest), labels with every third ignored."""
+    generator = torch.Generator().manual_seed(0)
+    logits = (torch.randn(rows, vocab, generator=generator) * 8).to(dtype)
+    labels = torch.randint(0, vocab, (rows,), generator=generator)
+    labels[::3] = IGNORE_INDEX
+    return logits, labels
+
+
+def loss_and_gradient(loss_of, logits, labels):
+    logits = logits.clone().requires_grad_()
+    loss = loss_of(logits, labels)
+    (loss * 3).backward()  # an upstream gradient other than one reaches the logits scaled
+    return loss, logits.grad
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_token_cross_entropy_equals_pytorchs_loss_and_gradient_in_the_logits_dtype(dtype):
+    logits, labels = logits_and_labels(dtype)
+    loss, gradient = loss_and_gradient(lambda x, y: token_cross_entropy(x, y, IGNORE_INDEX), logits, labels)
+    expected_loss, expected_gradient = loss_and_gradient(
+        lambda x, y: F.cross_entropy(x.float(), y, ignore_index=IGNORE_INDEX), logits, labels)
+    assert loss.dtype == torch.float32 and gradient.dtype == dtype
+    torch.testing.assert_close(loss, expected_loss, rtol=1e-6, atol=1e-5)
+    tolerance = 1e-6 if dtype == torch.float32 else 2 ** -8  # the gradient rounded to bf16, once or twice
+    torch.testing.assert_close(gradient.float(), expected_gradient.float(), rtol=tolerance, atol=1e-6)
+    assert gradient[::3].abs().max() == 0  # ignored rows get none
+
+
+def test_token_cross_entropy_keeps_a_label_whose_probability_underflows_float32():
+    logits = torch.tensor([[0.0, 200.0, -300.0]])
+    for label, expected in ((0, 200.0), (2, 500.0)):  # exp(-500) is 0 in float32; the loss is not inf
+        loss = token_cross_entropy(logits, torch.tensor([label]), IGNORE_INDEX)
+        torch.testing.assert_close(loss, torch.tensor(expected))
+
+
+def test_token_cross_entropy_over_no_labelled_token_is_nan_as_pytorchs():
+    logits, labels = logits_and_labels(torch.float32)
+    assert token_cross_entropy(logits, torch.full_like(labels, IGNORE_INDEX), IGNORE_INDEX).isnan()
+
+
+def test_token_loss_uses_the_cpu_kernel_in_eager_mode_and_pytorchs_when_compiled(monkeypatch):
+    logits, labels = logits_and_labels(torch.float32)
+    called = []
+    monkeypatch.setattr("model.token_cross_entropy", lambda *args: called.append(args) or torch.tensor(0.0))
+    token_loss(logits[None], labels[None])
+    assert len(called) == 1
+    monkeypatch.setattr("torch.compiler.is_compiling", lambda: True)
+    torch.testing.assert_close(token_loss(logits[None], labels[None]),
+                               F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX))
