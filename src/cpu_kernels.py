@@ -69,6 +69,9 @@ def keep_mask(shape, p: float, dtype, device) -> tuple[torch.Tensor, float]:
     return kept, 1 - dropped_values / 2 ** 16
 
 
+UNDERFLOW_LOSS = 69.0  # -log(1e-30)
+
+
 class TokenCrossEntropy(torch.autograd.Function):
     """Mean cross-entropy of logits [N, vocab] against labels [N] (`ignore` where none is scored),
     in float32: one softmax forward, kept for the gradient (softmax less one at the label, scaled), in
@@ -82,12 +85,15 @@ class TokenCrossEntropy(torch.autograd.Function):
         picked = labels.clamp_min(0).unsqueeze(-1)
         wide = logits.float()
         probabilities = torch.softmax(wide, dim=-1)
-        # log(sum(exp)) from the largest logit, whose probability (>= 1/vocab) never underflows
-        log_sum = wide.amax(-1) - probabilities.amax(-1).log()
+        losses = -probabilities.gather(-1, picked).squeeze(-1).log()
+        # float32 keeps a probability's digits down to about 1e-30; below, the loss comes from the logits
+        far = losses > UNDERFLOW_LOSS
+        if far.any():
+            losses[far] = torch.logsumexp(wide[far], dim=-1) - wide[far].gather(-1, picked[far]).squeeze(-1)
         count = scored.sum()
         ctx.save_for_backward(probabilities, picked, scored, count)
         ctx.dtype = logits.dtype
-        return ((log_sum - wide.gather(-1, picked).squeeze(-1)) * scored).sum() / count
+        return (losses * scored).sum() / count
 
     @staticmethod
     def backward(ctx, grad):
