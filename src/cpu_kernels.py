@@ -3,8 +3,8 @@ autocast: its fused attention kernels lack dropout (falling back to an unfused f
 short rows take twice the time of attention spelled out in bf16 matmuls, its bf16 kernel is slower
 than its float32 one below 256, F.dropout's mask comes from a slow bernoulli_, and cross_entropy
 passes over the vocabulary's logits six times. GPUs never come here; a reader of the model can skip
-this file. The timings are in etc/results.md ("Where a training step's
-time goes", "Against transformers at BERT's sizes").
+this file. The timings are in etc/results.md ("Where a training step's time goes", "Against
+transformers at BERT's sizes", "The token loss in one softmax").
 """
 import math
 
