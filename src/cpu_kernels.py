@@ -73,35 +73,37 @@ UNDERFLOW_LOSS = 69.0  # -log(1e-30)
 
 
 class TokenCrossEntropy(torch.autograd.Function):
-    """Mean cross-entropy of logits [N, vocab] against labels [N] (`ignore` where none is scored),
-    in float32: one softmax forward, kept for the gradient (softmax less one at the label, scaled), in
-    place of log_softmax, nll's dense zero gradient and log_softmax's backward (which exponentiates
-    again), each a pass over the vocabulary. Needs a single backward (the probabilities become the
-    gradient), as a training loss has. Labels all `ignore` give nan, as F.cross_entropy does."""
+    """Mean cross-entropy of logits [N, vocab] against labels [N] (`ignore` where none is scored): one
+    softmax forward in the logits' dtype (computed in float32 inside), kept as the gradient (the
+    probabilities less one at the label, scaled in place), in place of the float32 copy, log_softmax,
+    nll's dense zero gradient, log_softmax's backward (which exponentiates again) and the cast back,
+    each a pass over the vocabulary. bf16 probabilities round the loss by at most 2^-9 a token, a
+    tenth of what bf16 logits' own rounding moves it. Needs a single backward (the probabilities
+    become the gradient), as a training loss has. Labels all `ignore` give nan, as F.cross_entropy
+    does."""
 
     @staticmethod
     def forward(ctx, logits, labels, ignore: int):
         scored = labels != ignore
         picked = labels.clamp_min(0).unsqueeze(-1)
-        wide = logits.float()
-        probabilities = torch.softmax(wide, dim=-1)
-        losses = -probabilities.gather(-1, picked).squeeze(-1).log()
-        # float32 keeps a probability's digits down to about 1e-30; below, the loss comes from the logits
+        probabilities = torch.softmax(logits, dim=-1)
+        losses = -probabilities.gather(-1, picked).squeeze(-1).float().log()
+        # a probability keeps its digits down to about 1e-30; below, the loss comes from the logits
         far = losses > UNDERFLOW_LOSS
         if far.any():
-            losses[far] = torch.logsumexp(wide[far], dim=-1) - wide[far].gather(-1, picked[far]).squeeze(-1)
+            wide = logits[far].float()
+            losses[far] = torch.logsumexp(wide, dim=-1) - wide.gather(-1, picked[far]).squeeze(-1)
         count = scored.sum()
         ctx.save_for_backward(probabilities, picked, scored, count)
-        ctx.dtype = logits.dtype
         return (losses * scored).sum() / count
 
     @staticmethod
     def backward(ctx, grad):
         probabilities, picked, scored, count = ctx.saved_tensors
-        scale = grad / count * scored
-        gradient = probabilities.mul_(scale.unsqueeze(-1)).to(ctx.dtype)
+        scale = (grad / count * scored).to(probabilities.dtype)  # one dtype: mixed ones run unvectorised
+        gradient = probabilities.mul_(scale.unsqueeze(-1))
         # indexing, not scatter_add_, which copies a bf16 tensor whole to float32 and back
-        gradient[torch.arange(len(gradient), device=gradient.device), picked.squeeze(-1)] -= scale.to(ctx.dtype)
+        gradient[torch.arange(len(gradient), device=gradient.device), picked.squeeze(-1)] -= scale
         return gradient, None, None
 
 
