@@ -97,8 +97,8 @@ class Rotary(nn.Module):
 
 def rotate(x, angles: tuple[torch.Tensor, torch.Tensor]):
     """x [batch, heads, length, head_width] turned by Rotary's angles. x, a strided view of the q-k-v
-    matmul's output, is copied whole first: on the CPU an elementwise op on the view takes 2.4 times
-    as long as on a contiguous copy (one bf16 multiplication at 32 x 2 x 128 x 64: 88 against 36 us)."""
+    matmul's output, is copied whole first: on the CPU the rotation's elementwise ops take more than
+    twice as long on the view (etc/results.md, "The token loss in one softmax")."""
     x = x.contiguous()
     cos, sin = (angle.to(x.dtype) for angle in angles)
     first, second = x.chunk(2, dim=-1)
