@@ -86,7 +86,8 @@ class TokenCrossEntropy(torch.autograd.Function):
     def forward(ctx, logits, labels, ignore: int):
         scored = labels != ignore
         picked = labels.clamp_min(0).unsqueeze(-1)
-        probabilities = torch.softmax(logits, dim=-1)
+        # float16's range would underflow small probabilities; bf16 has float32's
+        probabilities = torch.softmax(logits.float() if logits.dtype == torch.float16 else logits, dim=-1)
         losses = -probabilities.gather(-1, picked).squeeze(-1).float().log()
         # a probability keeps its digits down to about 1e-30; below, the loss comes from the logits
         far = losses > UNDERFLOW_LOSS
@@ -95,6 +96,7 @@ class TokenCrossEntropy(torch.autograd.Function):
             losses[far] = torch.logsumexp(wide, dim=-1) - wide.gather(-1, picked[far]).squeeze(-1)
         count = scored.sum()
         ctx.save_for_backward(probabilities, picked, scored, count)
+        ctx.dtype = logits.dtype
         return (losses * scored).sum() / count
 
     @staticmethod
@@ -104,7 +106,7 @@ class TokenCrossEntropy(torch.autograd.Function):
         gradient = probabilities.mul_(scale.unsqueeze(-1))
         # indexing, not scatter_add_, which copies a bf16 tensor whole to float32 and back
         gradient[torch.arange(len(gradient), device=gradient.device), picked.squeeze(-1)] -= scale
-        return gradient, None, None
+        return gradient.to(ctx.dtype), None, None
 
 
 def token_cross_entropy(logits, labels, ignore: int):

@@ -149,7 +149,7 @@ def loss_and_gradient(loss_of, logits, labels):
     return loss, logits.grad
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_token_cross_entropy_equals_pytorchs_loss_and_gradient_in_the_logits_dtype(dtype):
     logits, labels = logits_and_labels(dtype)
     loss, gradient = loss_and_gradient(lambda x, y: token_cross_entropy(x, y, IGNORE_INDEX), logits, labels)
@@ -157,8 +157,10 @@ def test_token_cross_entropy_equals_pytorchs_loss_and_gradient_in_the_logits_dty
         lambda x, y: F.cross_entropy(x.float(), y, ignore_index=IGNORE_INDEX), logits, labels)
     assert loss.dtype == torch.float32 and gradient.dtype == dtype
     # bf16: each token's probability rounded (at most 2^-9 off its loss), the gradient rounded twice
-    # (a bf16 step apart, 2^-7 relative, at most: two allowed)
-    loss_tolerance, gradient_tolerance = (1e-5, 1e-6) if dtype == torch.float32 else (2 ** -9, 2 ** -6)
+    # (a bf16 step apart, 2^-7 relative, at most: two allowed); float16: probabilities in float32, the
+    # gradient rounded once, as PyTorch's
+    loss_tolerance, gradient_tolerance = {torch.float32: (1e-5, 1e-6), torch.bfloat16: (2 ** -9, 2 ** -6),
+                                          torch.float16: (1e-5, 2 ** -10)}[dtype]
     torch.testing.assert_close(loss, expected_loss, rtol=0, atol=loss_tolerance)
     torch.testing.assert_close(gradient.float(), expected_gradient.float(), rtol=gradient_tolerance, atol=1e-6)
     assert gradient[::3].abs().max() == 0  # ignored rows get none
