@@ -77,7 +77,7 @@ class TokenCrossEntropy(torch.autograd.Function):
     softmax forward in the logits' dtype (computed in float32 inside), kept as the gradient (the
     probabilities less one at the label, scaled in place), in place of the float32 copy, log_softmax,
     nll's dense zero gradient, log_softmax's backward (which exponentiates again) and the cast back,
-    each a pass over the vocabulary. bf16 probabilities move a token's loss by at most 2^-9, less
+    each a pass over the vocabulary. bf16 probabilities move a token's loss by at most 2^-8, less
     than the bf16 logits' own rounding does. Needs a single backward (the probabilities
     become the gradient), as a training loss has. Labels all `ignore` give nan, as F.cross_entropy
     does."""
