@@ -150,6 +150,7 @@ def main(argv=None):
     for _ in range(args.warmup):
         trainer.train_step(run, batches, meter)
     seconds_per_step, tokens_per_sec, mfu = time_steps(trainer, run, batches, meter, args.steps)
+    mfu *= trainer.measure_peak_again(run, meter)  # the higher of two measurements, as training keeps
     events = profile_steps(trainer, run, batches, meter, args.steps)
     print(f"{config.n_layer} x {config.d_model}, batch {config.batch_size} x {config.seq_len}, "
           f"{config.task_type}, device {trainer.device}, {str(trainer.dtype).removeprefix('torch.')}, "

@@ -118,6 +118,9 @@ def published_peak_flops(device_name: str) -> float | None:
     return None
 
 
+MEASURED_NOW = "measured now (best of 5 tries)"  # peak_flops's source when it measured the peak
+
+
 def peak_flops(device: torch.device, dtype: torch.dtype, given_tflops: float) -> tuple[float, str]:
     """The denominator of MFU and where it comes from: peak-tflops when set; on CUDA the published
     figure for the device; else the best of several short matmul measurements."""
@@ -128,7 +131,7 @@ def peak_flops(device: torch.device, dtype: torch.dtype, given_tflops: float) ->
         published = published_peak_flops(name)
         if published:
             return published, f"published for {name}"
-    return measure_matmul_flops(device, dtype), "measured now (best of 5 tries)"
+    return measure_matmul_flops(device, dtype), MEASURED_NOW
 
 
 def measure_matmul_flops(device: torch.device, dtype: torch.dtype, tries: int = 5) -> float:

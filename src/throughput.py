@@ -14,6 +14,8 @@ class Throughput:
                  tokens: int):
         self.flops_per_token = flops_per_token
         self.peak_flops = peak_flops
+        self.peak_measured = False  # whether peak_flops is a measurement, which a later one may raise
+        self.reads = 0
         self.world_size = world_size
         self.loss_sum = torch.zeros((), device=device)
         self.micro_steps = 0
@@ -42,6 +44,7 @@ class Throughput:
         """Mean loss over all ranks' micro-batches, their summed statistics (on the CPU), tokens/s
         of all ranks, and MFU per rank since the last read; then starts counting afresh, unless
         restart is False (a run's last line, off the log interval: a resumed run goes on summing)."""
+        self.reads += 1
         elapsed = time.perf_counter() - self.since - self.pause
         loss_sum, statistics = self.loss_sum.clone(), self.statistics.clone()  # this rank's stay for since_log
         if torch.distributed.is_initialized():

@@ -157,6 +157,7 @@ class Trainer:
             if at_val:
                 with meter.paused(), clock.paused():
                     metrics = self.validate(run)
+                    self.measure_peak_again(run, meter)
                 target = config.stop_at
                 if target and target.reached(metrics):
                     run.log(f"stop-at = {target} reached at step {run.step} (val {target.metric} "
@@ -228,7 +229,7 @@ class Trainer:
 
     def throughput_meter(self, run: Run) -> Throughput:
         """MFU is against the peak hardware.peak_flops gives, on rank 0 (the one that logs)."""
-        peak = 1.0
+        peak, source = 1.0, None
         if self.rank == 0:
             peak, source = hardware.peak_flops(self.device, self.dtype, self.config.peak_tflops)
             run.log(f"mfu against a {str(self.dtype).removeprefix('torch.')} matmul peak of "
@@ -236,6 +237,7 @@ class Trainer:
         per_token = flops_per_token(unwrap(run.model).config, self.config.seq_len, self.task.predictions_per_token,
                                     self.task.last_layer_share)
         meter = Throughput(per_token, peak, self.world_size, self.device, run.tokens)
+        meter.peak_measured = source == hardware.MEASURED_NOW
         if run.log_sums is not None:
             meter.restore(run.log_sums)
         return meter
@@ -243,8 +245,9 @@ class Trainer:
     def log_training(self, run: Run, meter: Throughput) -> dict[str, str]:
         """The train line and scalars since the last one; returns what the progress bar shows."""
         loss, statistics, tokens_per_sec, mfu = meter.read(run.tokens, restart=run.step % self.config.log_interval == 0)
-        if mfu > 1 and self.rank == 0 and not self.config.peak_tflops:
-            mfu = self.remeasure_peak(run, meter, mfu)
+        if mfu > 1 or meter.reads == 1:
+            with meter.paused():
+                mfu *= self.measure_peak_again(run, meter)
         metrics = {name: value for name, value in self.task.metrics(loss, statistics).items() if name != "loss"}
         line = f"step {run.step} | loss {loss:.4f} | lr {run.lr:.2e} | {tokens_per_sec:,.0f} tok/s | mfu {mfu:.1%}"
         line += "".join(f" | {name} {metric_text(value)}" for name, value in metrics.items())
@@ -262,18 +265,21 @@ class Trainer:
         run.log.scalars(run.step, {f"train/{name}": value for name, value in scalars.items()})
         return shown
 
-    def remeasure_peak(self, run: Run, meter: Throughput, mfu: float) -> float:
-        """An MFU above 100% means the peak was measured while the machine was busy: measure it
-        again now and keep the higher figure; say so, and what the MFU then is."""
-        with meter.paused():
-            measured = hardware.measure_matmul_flops(self.device, self.dtype)
+    def measure_peak_again(self, run: Run, meter: Throughput) -> float:
+        """The matmul peak measured once more where it was measured (rank 0, no peak-tflops, no published
+        figure), the higher one kept: a host that stalls a core for part of a second halves the start's
+        half-second measurement, and every MFU after would read twice as high. So the first log line,
+        every validation and any MFU above 100% measure again (the caller pauses the meter). Says so
+        when the peak rose by more than 10%; returns the factor that rescales an MFU read against the
+        old peak."""
+        if not meter.peak_measured:
+            return 1.0
         old = meter.peak_flops
-        meter.peak_flops = max(old, measured)
-        corrected = mfu * old / meter.peak_flops
-        run.log(f"note: mfu {mfu:.0%} is above the matmul peak of {old / 1e12:.3g} TFLOP/s measured at the start "
-                f"(the machine was busier then); the peak is now {meter.peak_flops / 1e12:.3g} TFLOP/s"
-                + ("" if corrected <= 1 else "; still above: set peak-tflops to this machine's peak"))
-        return corrected
+        meter.peak_flops = max(old, hardware.measure_matmul_flops(self.device, self.dtype))
+        if meter.peak_flops > 1.1 * old:
+            run.log(f"note: the matmul peak measured now, {meter.peak_flops / 1e12:.3g} TFLOP/s, is above the "
+                    f"{old / 1e12:.3g} measured before (the machine was busier then): mfu is against it from here")
+        return old / meter.peak_flops
 
     def validate(self, run: Run):
         """Validation metrics in the log, predictions shown, best.pt and checkpoint.pt saved; returns the metrics."""
