@@ -2,11 +2,12 @@
 autocast dtype, the matmul peak MFU is measured against, and batches moved to the device (pinned
 memory, the next batch prefetched)."""
 import ctypes
+import math
 import os
 import resource
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -142,13 +143,21 @@ def measure_matmul_flops(device: torch.device, dtype: torch.dtype, tries: int = 
 
 def seconds_per_call(call: Callable[[], object], tries: int = 3) -> float:
     """The fastest of `tries` timed calls of a CPU function, after one untimed (its first-call costs)."""
-    call()
-    times = []
-    for _ in range(tries):
-        start = time.perf_counter()
+    return fastest_seconds({None: call}, tries)[None]
+
+
+def fastest_seconds(calls: dict[Any, Callable[[], object]], tries: int = 3) -> dict[Any, float]:
+    """seconds_per_call for several functions compared, their calls taken in turn (a, b, a, b, ...):
+    a host that stalls a core for part of a second then slows a try of each, not every try of one."""
+    for call in calls.values():
         call()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    fastest = dict.fromkeys(calls, math.inf)
+    for _ in range(tries):
+        for key, call in calls.items():
+            start = time.perf_counter()
+            call()
+            fastest[key] = min(fastest[key], time.perf_counter() - start)
+    return fastest
 
 
 def synchronize(device: torch.device):

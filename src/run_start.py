@@ -16,7 +16,7 @@ from atomic import remove_stale_temps
 from config import INI_KEYS, Config, ini_text
 from errors import UserError
 import distributed
-from hardware import check_fits_memory, seconds_per_call, to_device
+from hardware import check_fits_memory, fastest_seconds, to_device
 from model import ModelConfig, count_parameters, estimated_parameters
 from optimizer import make_optimizer
 from run_log import RunLog, create_run_dir, write_run_config
@@ -319,8 +319,8 @@ class RunStarter:
         _, batch = next(iter(self.task.train_batches(None)))
         batch = to_device(batch, self.device, non_blocking=False)
         with torch.random.fork_rng(devices=[]):  # dropout's draws here leave the run's stream alone
-            seconds = {dtype: seconds_per_call(partial(self.training_pass, run.model, batch, dtype))
-                       for dtype in (torch.float32, torch.bfloat16)}
+            seconds = fastest_seconds({dtype: partial(self.training_pass, run.model, batch, dtype)
+                                       for dtype in (torch.float32, torch.bfloat16)})
         run.model.zero_grad(set_to_none=True)
         bfloat16 = distributed.from_rank0(float(seconds[torch.bfloat16] < seconds[torch.float32]))
         self.dtype = torch.bfloat16 if bfloat16 else torch.float32

@@ -32,6 +32,15 @@ def test_an_unknown_gpu_and_the_cpu_are_measured_and_the_key_wins(monkeypatch):
     assert peak_flops(torch.device("cpu"), torch.bfloat16, 12.5) == (12.5e12, "set by peak-tflops")
 
 
+def test_calls_compared_are_timed_in_turn_and_each_keeps_its_fastest(monkeypatch):
+    """A stall then slows one try of each (dtype = auto's float32 against bf16), not every try of one."""
+    clock, order = iter(range(100)), []
+    monkeypatch.setattr(hardware.time, "perf_counter", lambda: next(clock))
+    calls = {name: (lambda name=name: order.append(name)) for name in ("float32", "bf16")}
+    assert hardware.fastest_seconds(calls, tries=3) == {"float32": 1, "bf16": 1}
+    assert order == ["float32", "bf16"] * 4  # one untimed call each, then three rounds
+
+
 def test_one_try_is_a_rate_of_real_matmuls():
     flops = matmul_flops_once(torch.device("cpu"), torch.float32, size=128, seconds=0.01)
     assert 1e6 < flops < 1e15

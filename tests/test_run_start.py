@@ -128,11 +128,10 @@ def test_dtype_auto_on_a_bf16_cpu_keeps_the_faster_and_a_resume_keeps_it(mlm_wor
     monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
     timed = []
 
-    def seconds(call):
-        dtype = call.args[2]
-        timed.append(dtype)
-        return 1.0 if dtype == faster else 2.0
-    monkeypatch.setattr(run_start, "seconds_per_call", seconds)
+    def seconds(calls):
+        timed.extend(calls)
+        return {dtype: 1.0 if dtype == faster else 2.0 for dtype in calls}
+    monkeypatch.setattr(run_start, "fastest_seconds", seconds)
     main.main(["--dtype", "auto", "--max-iters", "2", "--val-interval", "2", "--val-iters", "1"])
     name = str(faster).removeprefix("torch.")
     log = Path("runs/run0/logs/log.txt").read_text(encoding="utf-8")
