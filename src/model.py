@@ -586,7 +586,7 @@ class BertForTokenClassification(nn.Module):
         logits = self.classifier(self.dropout(self.encoder(input_ids, attention_mask, segment_ids)))
         if labels is None:
             return logits, None
-        return logits, F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
+        return logits, token_loss(logits, labels)
 
 
 class BertForQuestionAnswering(nn.Module):

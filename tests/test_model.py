@@ -5,8 +5,8 @@ import torch.nn.functional as F
 
 from masking import MaskingRule, mask_tokens
 from model import (IGNORE_INDEX, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification,
-                   ElectraForPreTraining, ModelConfig, at_positions, count_parameters, estimated_parameters,
-                   flops_per_token)
+                   BertForTokenClassification, ElectraForPreTraining, ModelConfig, at_positions, count_parameters,
+                   estimated_parameters, flops_per_token)
 
 
 def small_config(**changes) -> ModelConfig:
@@ -199,3 +199,19 @@ def test_the_count_is_within_two_percent_of_the_model_built(kind, settings):
     with torch.device("meta"):  # shapes only
         built = count_parameters(kind(config))
     assert estimated_parameters(config) == pytest.approx(built, rel=0.02)
+
+
+def test_the_token_classifier_scores_its_labelled_tokens_by_the_token_loss(monkeypatch):
+    """NER's loss is model.token_loss (the CPU kernel in eager mode), equal to PyTorch's in float32."""
+    torch.manual_seed(0)
+    model = BertForTokenClassification(small_config(num_labels=7))
+    ids = torch.randint(5, 300, (3, 16))
+    labels = torch.randint(0, 7, (3, 16))
+    labels[:, 0] = labels[:, -1] = IGNORE_INDEX
+    logits, loss = model(ids, labels)
+    expected = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
+    called = []
+    monkeypatch.setattr("model.token_cross_entropy", lambda *args: called.append(args) or torch.tensor(0.0))
+    model(ids, labels)
+    assert len(called) == 1
