@@ -37,14 +37,31 @@ def attention(q, k, v, attention_mask, dropout: float, causal: bool):
 
 
 def spelled_out_attention(q, k, v, attention_mask, dropout: float):
-    """Matmuls in bf16, the softmax in float32 (as Megatron-LM's unfused attention), dropout by `dropped`."""
-    scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
-    if attention_mask is not None:
-        scores = scores.masked_fill(~attention_mask, float("-inf"))
-    weights = torch.softmax(scores.float(), dim=-1)
+    """Two bf16 matmuls and a softmax between, dropout by `dropped`. The scale and the mask (as a bias
+    of 0 or -inf) go inside the first matmul (baddbmm), and the softmax stays in bf16: PyTorch's bf16
+    softmax computes in float32 inside, so its output equals a float32 softmax's rounded, without
+    the casts to float32 and back."""
+    batch, heads, queries, width = q.shape
+    q, k, v = (x.reshape(batch * heads, -1, width) for x in (q, k, v))
+    scores = torch.baddbmm(mask_bias(attention_mask, batch, heads, q), q, k.transpose(1, 2),
+                           beta=0 if attention_mask is None else 1, alpha=width ** -0.5)
+    weights = torch.softmax(scores, dim=-1)
     if dropout > 0:
         weights = dropped(weights, dropout)
-    return weights.to(q.dtype) @ v
+    return torch.bmm(weights, v).view(batch, heads, queries, width)
+
+
+def mask_bias(attention_mask, batch: int, heads: int, like: torch.Tensor) -> torch.Tensor:
+    """A mask (True where a query may see a key: [queries, keys], or [batch, 1, 1 or queries, keys])
+    as a bias added to the scores: 0 there, -inf elsewhere, in a shape baddbmm broadcasts over
+    [batch x heads, queries, keys]. No mask: a zero that baddbmm's beta = 0 ignores."""
+    if attention_mask is None:
+        return like.new_zeros(())
+    bias = torch.zeros(attention_mask.shape, dtype=like.dtype, device=like.device).masked_fill_(
+        ~attention_mask, float("-inf"))
+    if bias.dim() == 2:
+        return bias
+    return bias.expand(batch, heads, *bias.shape[2:]).reshape(batch * heads, *bias.shape[2:])
 
 
 def dropped(x, p: float):

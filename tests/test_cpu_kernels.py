@@ -96,15 +96,26 @@ def test_cpu_attention_with_dropout_under_bf16_autocast_drops_weights_and_matche
 
 
 def test_cpu_attention_on_short_rows_under_bf16_autocast_is_spelled_out_and_matches_float32():
+    """Outputs and gradients within bf16's precision of float32 attention on the same inputs; padded
+    keys and, causally, later keys have no effect at all."""
     q, k, v, mask = queries_keys_values_and_mask(16, padded_from=12)
+    grad = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).bfloat16()
+    inputs = [x.clone().requires_grad_() for x in (q, k, v)]
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        y = attend(q, k, v, mask, 0.0, False)
-        spelled = torch.softmax((q @ k.transpose(-2, -1) / 8 ** 0.5).masked_fill(~mask, -torch.inf).float(), -1)
-        expected = spelled.bfloat16() @ v
+        y = attend(*inputs, mask, 0.0, False)
+    y.backward(grad)
+    in_float32 = [x.float().requires_grad_() for x in (q, k, v)]
+    expected = torch.nn.functional.scaled_dot_product_attention(*in_float32, attn_mask=mask)
+    expected.backward(grad.float())
     assert y.dtype == torch.bfloat16
-    torch.testing.assert_close(y, expected, rtol=0, atol=0)
-    in_float32 = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
-    torch.testing.assert_close(y.float(), in_float32, rtol=0.02, atol=0.02)  # bf16's precision
+    torch.testing.assert_close(y.float(), expected, rtol=0.02, atol=0.02)  # bf16's precision
+    for ours, theirs in zip(inputs, in_float32):
+        assert ours.grad.dtype == torch.bfloat16
+        torch.testing.assert_close(ours.grad.float(), theirs.grad, rtol=0.02, atol=0.02)
+    padded_changed = v.clone()
+    padded_changed[1, :, 12:] = 9.0
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.testing.assert_close(attend(q, k, padded_changed, mask, 0.0, False), y.detach(), rtol=0, atol=0)
     outputs = []
     for values in (v, v.index_fill(2, torch.arange(8, 16), 9.0)):
         with torch.autocast("cpu", dtype=torch.bfloat16):
