@@ -269,13 +269,13 @@ class Trainer:
         """The matmul peak measured once more where it was measured (rank 0, no peak-tflops, no published
         figure), the higher one kept: a host that stalls a core for part of a second halves the start's
         half-second measurement, and every MFU after would read twice as high. So the first log line,
-        every validation and any MFU above 100% measure again (the caller pauses the meter). Says so
-        when the peak rose by more than 10%; returns the factor that rescales an MFU read against the
-        old peak."""
+        every validation and any MFU above 100% measure again, one try each (a sixth of a second; the
+        caller pauses the meter). Says so when the peak rose by more than 10%; returns the factor that
+        rescales an MFU read against the old peak."""
         if not meter.peak_measured:
             return 1.0
         old = meter.peak_flops
-        meter.peak_flops = max(old, hardware.measure_matmul_flops(self.device, self.dtype))
+        meter.peak_flops = max(old, hardware.matmul_flops_once(self.device, self.dtype))
         if meter.peak_flops > 1.1 * old:
             run.log(f"note: the matmul peak measured now, {meter.peak_flops / 1e12:.3g} TFLOP/s, is above the "
                     f"{old / 1e12:.3g} measured before (the machine was busier then): mfu is against it from here")
