@@ -11,11 +11,11 @@ class Throughput:
     figures at a log line."""
 
     def __init__(self, flops_per_token: float, peak_flops: float, world_size: int, device: torch.device,
-                 tokens: int):
+                 tokens: int, peak_measured: bool = False):
         self.flops_per_token = flops_per_token
         self.peak_flops = peak_flops
-        self.peak_measured = False  # whether peak_flops is a measurement, which a later one may raise
-        self.reads = 0
+        self.peak_measured = peak_measured  # peak_flops is a measurement, which a later one may raise
+        self.reads = 0  # log lines read: the first one measures the peak again
         self.world_size = world_size
         self.loss_sum = torch.zeros((), device=device)
         self.micro_steps = 0

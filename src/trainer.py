@@ -236,8 +236,8 @@ class Trainer:
                     f"{peak / 1e12:.3g} TFLOP/s, {source}")
         per_token = flops_per_token(unwrap(run.model).config, self.config.seq_len, self.task.predictions_per_token,
                                     self.task.last_layer_share)
-        meter = Throughput(per_token, peak, self.world_size, self.device, run.tokens)
-        meter.peak_measured = source == hardware.MEASURED_NOW
+        meter = Throughput(per_token, peak, self.world_size, self.device, run.tokens,
+                           peak_measured=source == hardware.MEASURED_NOW)
         if run.log_sums is not None:
             meter.restore(run.log_sums)
         return meter
