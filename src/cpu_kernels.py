@@ -2,9 +2,10 @@
 autocast: its fused attention kernels lack dropout (falling back to an unfused float32 path) and on
 short rows take twice the time of attention spelled out in bf16 matmuls, its bf16 kernel is slower
 than its float32 one below 256, F.dropout's mask comes from a slow bernoulli_, and cross_entropy
-passes over the vocabulary's logits six times. GPUs never come here; a reader of the model can skip
-this file. The timings are in etc/results.md ("Where a training step's time goes", "Against
-transformers at BERT's sizes", "The token loss in one softmax").
+passes over the vocabulary's logits six times. GPUs come here only for dropout under torch.compile
+(`Dropout`); a reader of the model can skip this file. The timings are in etc/results.md ("Where a
+training step's time goes", "Against transformers at BERT's sizes", "The token loss in one
+softmax", "The third GPU run: dropout's draws").
 """
 import math
 
@@ -131,9 +132,13 @@ def token_cross_entropy(logits, labels, ignore: int):
 
 
 class Dropout(nn.Dropout):
-    """nn.Dropout, drawing its mask with `dropped` on the CPU."""
+    """nn.Dropout, drawing its mask with `dropped` on the CPU and under torch.compile anywhere:
+    inductor draws a Philox number for every element, in the forward and again in the backward (the
+    mask is recomputed from its seed rather than saved), a fifth of BERT-base's compiled step on an
+    H200; `dropped` draws a quarter of the numbers, once. Eager on a GPU, F.dropout's one fused kernel
+    is the fastest."""
 
     def forward(self, x):
-        if self.training and self.p > 0 and x.device.type == "cpu":
+        if self.training and self.p > 0 and (x.device.type == "cpu" or torch.compiler.is_compiling()):
             return dropped(x, self.p)
         return super().forward(x)

@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import cpu_kernels
 from cpu_kernels import BF16_ATTENTION_FROM, SPELLED_OUT_BELOW, Dropout, keep_mask, token_cross_entropy
 from model import IGNORE_INDEX, attend, token_loss
 
@@ -26,6 +27,22 @@ def test_cpu_dropout_passes_the_gradient_of_the_kept_elements_scaled():
     kept = y != 0
     torch.testing.assert_close(y[kept], x[kept] / 0.75)
     torch.testing.assert_close(x.grad, kept.float() / 0.75)
+
+
+def test_dropout_draws_its_own_mask_on_the_cpu_and_under_compile_only(monkeypatch):
+    """A GPU's eager F.dropout is one fused kernel; under torch.compile inductor's per-element draws
+    cost a fifth of BERT-base's step on an H200, so `dropped` takes over there."""
+    drawn = []
+    monkeypatch.setattr(cpu_kernels, "dropped", lambda x, p: drawn.append(x.device.type) or x)
+    on_another_device = torch.ones(4, 8, device="meta")
+    Dropout(0.1)(on_another_device)
+    Dropout(0.1)(torch.ones(4, 8))
+    assert drawn == ["cpu"]
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    Dropout(0.1)(on_another_device)
+    Dropout(0.1).eval()(on_another_device)
+    Dropout(0.0)(on_another_device)
+    assert drawn == ["cpu", "meta"]
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
