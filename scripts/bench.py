@@ -17,8 +17,8 @@ MFU counts the FLOPs a step needs (model.flops_per_token with the last layer but
 values, and the head, on the masked slots only) for both sides, over the matmul peak of the step's
 dtype measured in the same run. Fine-tuning runs both sides over the same real SST-2 training
 batches from demo/ (build it with scripts/make_demo.py), drawn as our trainer draws them
-(length-grouped, the default seed): ours pads a batch to its longest sentence (rounded up to 8 when
-compiled: batching.pad_multiple), theirs to 128 as run_glue does, or dynamically as Trainer does. On
+(length-grouped, the default seed): ours pads a batch to its longest sentence (rounded up to 8 on a
+GPU: batching.pad_multiple), theirs to 128 as run_glue does, or dynamically as Trainer does. On
 the CPU a last table gives the floor under those steps: their GEMMs, attention and AdamW timed
 alone. Peak memory is measured in a fresh subprocess per side and size (peak RSS growth on CPU,
 max_memory_allocated on CUDA).
@@ -245,15 +245,14 @@ def shuffled_dynamic_batches(batches: list[dict], vocab, seed: int = 0) -> list[
 
 
 FINETUNING_ARMS = {  # arm: (side, how its batches are made)
-    "ours": ("ours", "length-grouped, padded to the longest (on the CPU, eager: exactly)"),
+    "ours": ("ours", "length-grouped, padded to the longest (on a GPU rounded up to 8)"),
     "transformers, padded to 128": ("transformers", "padded to 128 as run_glue does by default"),
     "transformers, dynamic padding": ("transformers", "shuffled, DataCollatorWithPadding"),
     "transformers, our batches": ("transformers", "our length-grouped batches"),
 }
 
 
-COMPILED_ARM = {"ours, compiled": ("ours, compiled", "ours under torch.compile, as compile = true has it "
-                                                      "(widths rounded up to 8)")}
+COMPILED_ARM = {"ours, compiled": ("ours, compiled", "ours under torch.compile, as compile = true has it")}
 
 
 def finetuning_arms(compiled: bool) -> dict:
@@ -262,10 +261,11 @@ def finetuning_arms(compiled: bool) -> dict:
     return {"ours": arms.pop("ours"), **(COMPILED_ARM if compiled else {}), **arms}
 
 
-def finetuning_batches(measured: list[dict], vocab) -> dict[str, list[dict]]:
-    rounded = [padded_to(batch, padded_width(batch["attention_mask"].sum(1), SEQ_LEN, pad_multiple("cpu", True)),
-                         vocab.pad_id) for batch in measured]
-    return {"ours": measured, "ours, compiled": rounded, "transformers, our batches": measured,
+def finetuning_batches(measured: list[dict], vocab, device_type: str) -> dict[str, list[dict]]:
+    """Each arm's batches: ours as the trainer pads them on this device (exactly on the CPU, to 8 on a GPU)."""
+    ours = [padded_to(batch, padded_width(batch["attention_mask"].sum(1), SEQ_LEN, pad_multiple(device_type)),
+                      vocab.pad_id) for batch in measured]
+    return {"ours": ours, "ours, compiled": ours, "transformers, our batches": measured,
             "transformers, padded to 128": [padded_to(batch, SEQ_LEN, vocab.pad_id) for batch in measured],
             "transformers, dynamic padding": shuffled_dynamic_batches(measured, vocab)}
 
@@ -280,7 +280,7 @@ def compare_finetuning(size: str, epoch: list[dict], vocab, steps: int, rounds: 
 
     measured = epoch[:rounds * steps]
     batches = {arm: [on_device(batch) for batch in arm_batches]
-               for arm, arm_batches in finetuning_batches(measured, vocab).items() if arm in arms}
+               for arm, arm_batches in finetuning_batches(measured, vocab, device.type).items() if arm in arms}
     runners = {"ours": OursClassifier(size, vocab, device, dtype),
                "transformers": TheirsClassifier(size, vocab, device, dtype)}
     if compiled:

@@ -63,7 +63,7 @@ def classify(model, vocab, first: list[str], second: list[str] | None, seq_len: 
     part = Part("test", examples, pair_encoding.encode_examples(vocab, first, second, seq_len))
     results = [(-1, 0.0)] * count
     for rows in inference_rows(part.lengths, batch_size, progress):
-        batch = part.batch(rows, vocab.pad_id, seq_len, pad_multiple("cpu", False))  # numpy in: the CPU
+        batch = part.batch(rows, vocab.pad_id, seq_len, pad_multiple("cpu"))  # numpy in: the CPU
         segment_ids = None if batch["segment_ids"] is None else torch.from_numpy(batch["segment_ids"])
         logits, _ = model(torch.from_numpy(batch["input_ids"]),
                           attention_mask=torch.from_numpy(batch["attention_mask"]), segment_ids=segment_ids)

@@ -27,11 +27,12 @@ def padded_width(lengths: np.ndarray, limit: int, multiple: int) -> int:
     return min(-(-int(lengths.max()) // multiple) * multiple, limit)
 
 
-def pad_multiple(device_type: str, compiled: bool) -> int:
-    """What a batch's width is rounded up to: 8 on a GPU (aligned tensor-core tiles) or under
-    torch.compile (few shapes), else 1: on the CPU in eager every padded position is paid for and
-    alignment buys nothing (etc/results.md, "Against transformers at BERT's sizes")."""
-    return 8 if device_type != "cpu" or compiled else 1
+def pad_multiple(device_type: str) -> int:
+    """What a batch's width is rounded up to: 8 on a GPU (aligned tensor-core tiles), else 1: on the
+    CPU every padded position is paid for and alignment buys nothing, compiled or not (a compiled
+    model's width is dynamic from its second batch on, so exact widths add no graphs;
+    etc/results.md, "Against transformers at BERT's sizes" and "A second bf16 CPU")."""
+    return 8 if device_type != "cpu" else 1
 
 
 def kept_rows(count: int, share: float, seed: int) -> np.ndarray:

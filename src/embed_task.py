@@ -225,7 +225,7 @@ def embedded(model, encoded: EncodedExamples, rows: np.ndarray, pad_id: int, seq
     device = next(model.parameters(), torch.empty(0)).device  # a graph in onnxruntime has none: the CPU
     vectors = np.zeros((len(rows), model.config.d_model), np.float32)
     for chosen in inference_rows(encoded.lengths[rows], batch_size, progress):
-        batch = to_device(text_batch(encoded, rows[chosen], pad_id, seq_len, pad_multiple(device.type, False)),
+        batch = to_device(text_batch(encoded, rows[chosen], pad_id, seq_len, pad_multiple(device.type)),
                           device, False)
         output = model(batch["input_ids"], batch["attention_mask"])
         vectors[chosen] = output.float().cpu().numpy()

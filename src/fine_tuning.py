@@ -77,7 +77,7 @@ class FineTuningTask:
 
     @property
     def pad_multiple(self) -> int:
-        return pad_multiple(self.device.type, self.config.compile)
+        return pad_multiple(self.device.type)
 
     def train_examples(self) -> int:
         return len(self.split("train"))

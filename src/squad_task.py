@@ -207,7 +207,7 @@ def answer_questions(model, vocab, questions: list[str], contexts: list[str], se
                                                             settings["max-query-length"]))
     logits = {}
     for rows in inference_rows(split.lengths, batch_size, progress):
-        batch = split.batch(rows, vocab.pad_id, settings["seq-len"], pad_multiple("cpu", False))  # on the CPU: numpy in
+        batch = split.batch(rows, vocab.pad_id, settings["seq-len"], pad_multiple("cpu"))  # on the CPU: numpy in
         starts, ends, _ = model(*(torch.from_numpy(batch[name]) for name in ("input_ids", "attention_mask",
                                                                              "segment_ids")))
         logits |= window_logits(batch, starts, ends)

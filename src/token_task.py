@@ -184,7 +184,7 @@ def tag_sentences(model, vocab, words: list[list[str]], seq_len: int, batch_size
     for rows in inference_rows(split.lengths, batch_size, progress):
         batch = {name: torch.from_numpy(value) if isinstance(value, np.ndarray) else value
                  for name, value in split.batch(rows, vocab.pad_id, seq_len,
-                                                pad_multiple("cpu", False)).items()}
+                                                pad_multiple("cpu")).items()}
         logits, _ = model(batch["input_ids"], attention_mask=batch["attention_mask"])
         scored.append(scored_predictions(logits, batch))
     predicted = predicted_tags(words, scored, names, every=True)

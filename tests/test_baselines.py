@@ -83,11 +83,14 @@ def test_finetuning_benchmark_runs_every_arm_on_the_same_sentences(vocab_dir, ro
     assert result["transformers, padded to 128"]["width"] == bench.SEQ_LEN
     assert result["ours"]["width"] == result["transformers, our batches"]["width"] < 64
 
-    for mine, compiled in zip(measured, bench.finetuning_batches(measured, vocab)["ours, compiled"]):
-        width = mine["input_ids"].shape[1]  # eager on the CPU: the longest exactly; compiled: rounded up to 8
-        assert width == mine["attention_mask"].sum(1).max() and compiled["input_ids"].shape[1] == -(-width // 8) * 8
-        assert compiled["attention_mask"].dtype == bool
-        assert (compiled["input_ids"][:, :width] == mine["input_ids"]).all()
+    on_the_cpu, on_a_gpu = (bench.finetuning_batches(measured, vocab, device) for device in ("cpu", "cuda"))
+    for mine, exact, compiled, rounded in zip(measured, on_the_cpu["ours"], on_the_cpu["ours, compiled"],
+                                              on_a_gpu["ours, compiled"]):
+        width = mine["input_ids"].shape[1]  # on the CPU the longest exactly, compiled or not; on a GPU rounded up to 8
+        assert width == mine["attention_mask"].sum(1).max()
+        assert exact["input_ids"].shape[1] == compiled["input_ids"].shape[1] == width
+        assert rounded["input_ids"].shape[1] == -(-width // 8) * 8 and rounded["attention_mask"].dtype == bool
+        assert (rounded["input_ids"][:, :width] == mine["input_ids"]).all()
 
     floor = bench.kernel_floor("small", measured, vocab, torch.float32)
     assert set(floor) == {"GEMMs", "attention", "AdamW"} and all(seconds > 0 for seconds in floor.values())
