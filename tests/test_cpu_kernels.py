@@ -45,6 +45,20 @@ def test_dropout_draws_its_own_mask_on_the_cpu_and_under_compile_only(monkeypatc
     assert drawn == ["cpu", "meta"]
 
 
+def test_dropout_under_compile_zeroes_its_share_and_passes_the_kept_gradient():
+    """The path a compiled model takes on every device: inductor's own randint over the whole int64
+    range, viewed as 16-bit draws, keeps each element with its chance."""
+    torch.manual_seed(0)
+    x = torch.ones(256, 512, requires_grad=True)
+    y = torch.compile(Dropout(0.2))(x)
+    y.backward(torch.ones_like(y))
+    kept, chance = y != 0, 1 - round(0.2 * 2 ** 16) / 2 ** 16  # the 16-bit draws' chance: 0.2 to 1/65,536
+    assert y.unique().tolist() == [0.0, pytest.approx(1 / chance)]
+    assert (~kept).float().mean().item() == pytest.approx(0.2, abs=0.01)
+    assert (~kept).float().view(-1, 4).mean(0).sub(0.2).abs().max().item() < 0.02  # each lane of a word
+    torch.testing.assert_close(x.grad, kept.float() / chance)
+
+
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
 def test_keep_mask_keeps_each_element_with_its_chance_independently(p):
     torch.manual_seed(0)
