@@ -279,8 +279,8 @@ def throughput(check: Check, numbers: dict):
                    "compiled": compiled}
             numbers["rows"].append(row)
             cell_seconds = CELL_SECONDS if compiled else EAGER_CELL_SECONDS
-            if check.seconds_left() < cell_seconds and check.device.type == "cuda":
-                row["status"] = "skipped: the step's time budget is spent"
+            if budget_spent(check, cell_seconds):
+                row["status"] = BUDGET_SPENT
                 continue
             row.update(measured_row(side, shape, check, dtype, compiled, peak))
             if side is OursAt and row["status"].startswith("ok"):
@@ -290,8 +290,21 @@ def throughput(check: Check, numbers: dict):
     failed = [row for row in numbers["rows"] if row["status"].startswith("failed")]
     if failed:
         raise CheckFailed(f"{len(failed)} of {len(numbers['rows'])} rows failed, the first: {failed[0]['status']}")
-    if all(row["status"].startswith("skipped") for row in numbers["rows"]):  # nothing measured is not "ok"
-        raise Skipped(numbers["rows"][0]["status"].removeprefix("skipped: "))
+    skip_when_nothing_measured(numbers["rows"])
+
+
+BUDGET_SPENT = "skipped: the step's time budget is spent"
+
+
+def budget_spent(check: Check, seconds: float) -> bool:
+    """Less than `seconds` left of the step's budget, on a GPU (--quick on the CPU runs whatever is left)."""
+    return check.seconds_left() < seconds and check.device.type == "cuda"
+
+
+def skip_when_nothing_measured(rows: list[dict]):
+    """A step whose every row was skipped is skipped itself: nothing measured is not "ok"."""
+    if all(row["status"].startswith("skipped") for row in rows):
+        raise Skipped(rows[0]["status"].removeprefix("skipped: "))
 
 
 def measured_row(side, shape: Shape, check: Check, dtype, compiled: bool, peak: float) -> dict:
@@ -440,21 +453,19 @@ def fine_tuning_speed(check: Check, numbers: dict):
     numbers.update(dtype=bench.dtype_name(dtype), steps_a_round=steps, rounds=rounds, rows=[])
     for size, batch_size in check.sizes.fine_tuning_speed:
         model = " x ".join(map(str, bench.SIZES[size][:2]))
-        if check.seconds_left() < EAGER_CELL_SECONDS and check.device.type == "cuda":
-            numbers["rows"].append({"model": model, "batch": batch_size,
-                                    "status": "skipped: the step's time budget is spent"})
+        if budget_spent(check, EAGER_CELL_SECONDS):
+            numbers["rows"].append({"model": model, "batch": batch_size, "status": BUDGET_SPENT})
             continue
         compiled = check.compiles and check.seconds_left() > COMPILED_FINE_TUNING_SECONDS
         epoch, vocab = bench.sst2_epoch(batch_size, check.demo)
         arms = bench.compare_finetuning(size, epoch, vocab, steps, rounds, check.device, dtype, compiled)
         ours = max(arms[arm]["rate"] for arm in arms if arm.startswith("ours"))
-        numbers["rows"] += [{"model": model, "batch": batch_size, "arm": arm, "mean_width": result["width"],
-                             "sentences_per_sec": result["rate"], "fastest_of_ours_over_this": ours / result["rate"]}
-                            for arm, result in arms.items()]
+        numbers["rows"] += [{"model": model, "batch": batch_size, "arm": arm, "status": "ok",
+                             "mean_width": result["width"], "sentences_per_sec": result["rate"],
+                             "fastest_of_ours_over_this": ours / result["rate"]} for arm, result in arms.items()]
         check.save()
         free_memory(check.device)
-    if all(row.get("status", "").startswith("skipped") for row in numbers["rows"]):
-        raise Skipped("the step's time budget is spent")
+    skip_when_nothing_measured(numbers["rows"])
 
 
 def fine_tuning(check: Check, numbers: dict):
