@@ -22,11 +22,12 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from atomic import remove_stale_temps  # noqa: E402
+from cores import available_cores  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from input_files import (DEFAULT_CHUNK_MB, BadRecords, InputFile, add_input_arguments, find_inputs,  # noqa: E402
                          read_documents)
 from token_stream import TOKENS_PER_STREAM_BLOCK, TokenStreamWriter  # noqa: E402
-from tokenizing import Tokenizing, default_workers  # noqa: E402
+from tokenizing import Tokenizing  # noqa: E402
 from vocab import load_vocab  # noqa: E402
 
 
@@ -104,7 +105,7 @@ def parse_args(argv=None):
     add_input_arguments(parser)
     parser.add_argument("-o", "--output", required=True, type=Path, help="token stream file to write")
     parser.add_argument("-v", "--vocab", required=True, type=Path, help="vocabulary directory or vocab.txt")
-    parser.add_argument("-n", "--nproc", type=int, default=default_workers(),
+    parser.add_argument("-n", "--nproc", type=int, default=available_cores(),
                         help="worker processes (default: the cores this process may use); 1 tokenizes in this "
                              "process, on one core")
     parser.add_argument("--chunk-mb", type=float, default=DEFAULT_CHUNK_MB,

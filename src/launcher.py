@@ -12,9 +12,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from rank_process import ERROR_FILE_VARIABLE, LAUNCHER_VARIABLE, finished_file
+from cores import available_cores
 from errors import UserError
-from tokenizing import default_workers
+from rank_process import ERROR_FILE_VARIABLE, LAUNCHER_VARIABLE, finished_file
 
 MAIN = Path(__file__).resolve().with_name("main.py")
 
@@ -41,7 +41,7 @@ def threads_per_rank(nproc: int) -> int:
     """The cores this process may use shared among the ranks: torch gives each process a thread per
     core, and N ranks each spinning that many threads on the same cores run CPU steps several times
     slower (torchrun sets 1; OMP_NUM_THREADS set by the user wins)."""
-    return max(1, default_workers() // nproc)
+    return max(1, available_cores() // nproc)
 
 
 def run_ranks(argv: list[str], nproc: int, master_addr: str, master_port: int,

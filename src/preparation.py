@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from atomic import remove_stale_temps
+from cores import available_cores
 from config import DEFAULTS, RULES, validate
 from errors import UserError
 from input_files import DEFAULT_CHUNK_MB
 from shards import MaskedSample, ShardWriter
-from tokenizing import default_workers
 
 if TYPE_CHECKING:
     from masking import MaskingRule
@@ -227,7 +227,7 @@ def add_shared_arguments(parser: argparse.ArgumentParser) -> None:
                         help="none: the trainer masks every batch afresh (default); static: store masks in the shards")
     parser.add_argument("--copies", type=int, default=1,
                         help="with --masking static: number of differently masked train shards (default 1)")
-    parser.add_argument("-n", "--nproc", type=int, default=default_workers(),
+    parser.add_argument("-n", "--nproc", type=int, default=available_cores(),
                         help="processes tokenizing the text (default: the cores this process may use); the shards "
                              "are the same bytes for any -n")
     parser.add_argument("--chunk-mb", type=float, default=DEFAULT_CHUNK_MB,

@@ -25,14 +25,6 @@ KINDS = ("ids", "documents", "sentences")
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[.!?][\"')\]])\s+")
 
 
-def default_workers() -> int:
-    """The cores this process may run on (a Slurm or taskset allocation, not the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def document_batches(documents: list[str], batch_chars: int = ENCODE_BATCH_CHARS) -> Iterator[list[str]]:
     """Consecutive documents in groups of about batch_chars characters."""
     batch, size = [], 0

@@ -10,13 +10,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "scripts")]
 
-from tokenizing import default_workers  # noqa: E402
+from cores import available_cores  # noqa: E402
 
 # README runs the tests in two xdist workers: each gets its share of the cores, set before torch is
 # imported (as launcher.py shares them among ranks): all of them each, and every small step waits.
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if WORKERS > 1:
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, default_workers() // WORKERS)))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, available_cores() // WORKERS)))
 # The device the training tests run on: BERT_TEST_DEVICE=cuda python -m pytest -q (cpu by default).
 TEST_DEVICE = os.environ.get("BERT_TEST_DEVICE", "cpu")
 

@@ -68,7 +68,7 @@ def test_the_ranks_share_the_cores_unless_omp_num_threads_is_set(monkeypatch, tm
 
     monkeypatch.setattr(launcher.subprocess, "Popen", Started)
     monkeypatch.setattr(launcher, "wait_for_first_failure", lambda processes, finished: None)
-    monkeypatch.setattr(launcher, "default_workers", lambda: cores)
+    monkeypatch.setattr(launcher, "available_cores", lambda: cores)
     if user_setting is None:
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     else:
