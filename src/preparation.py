@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from atomic import remove_stale_temps
-from cores import available_cores
 from config import DEFAULTS, RULES, validate
+from cores import available_cores
 from errors import UserError
 from input_files import DEFAULT_CHUNK_MB
 from shards import MaskedSample, ShardWriter
