@@ -11,7 +11,8 @@ thread count and their best dtype on the device (bf16 autocast where supported).
 with src/masking.py and computes its last layer and head at the masked positions only; theirs masks
 as DataCollatorForLanguageModeling does. Both use fused AdamW, as the trainer does and as
 transformers' Trainer does by default (adamw_torch_fused, from torch 2.8). The two
-are timed in alternating rounds in one process, so drift in the machine hits both alike.
+are timed in alternating rounds in one process, each round starting one arm later, so drift in the
+machine hits both alike.
 
 MFU counts the FLOPs a step needs (model.flops_per_token with the last layer but for its keys and
 values, and the head, on the masked slots only) for both sides, over the matmul peak of the step's
@@ -42,8 +43,8 @@ from batching import pad_multiple, padded_width  # noqa: E402
 from masking import MaskingRule, mask_tokens, predictions_per_sequence  # noqa: E402
 from model import (IGNORE_INDEX, BertForMaskedLM, BertForSequenceClassification, ModelConfig,  # noqa: E402
                    attend, flops_per_token)
-from hardware import (MEASURED_NOW, keep_freed_memory, measure_matmul_flops, peak_flops, seconds_per_call,  # noqa: E402
-                      select_device, select_dtype, synchronize)
+from hardware import (MEASURED_NOW, keep_freed_memory, keep_kernels_for_every_width,  # noqa: E402
+                      measure_matmul_flops, peak_flops, seconds_per_call, select_device, select_dtype, synchronize)
 
 # layers, width, heads
 SIZES = {"small": (2, 128, 2), "medium": (4, 256, 4), "original": (6, 768, 12), "base": (12, 768, 12)}
@@ -139,6 +140,14 @@ def seconds_for_batches(runner, batches: list, device) -> float:
     return time.perf_counter() - started
 
 
+def rotated(arms: list, round_number: int) -> list:
+    """The arms in the order a round runs them, starting one later each round: an arm that always ran
+    first, at widths no other arm had just run, read 5-8% slower than the same code run after it (the
+    kernels each width builds, etc/results.md, "oneDNN's kernels for every width")."""
+    start = round_number % len(arms)
+    return arms[start:] + arms[:start]
+
+
 def seconds_per_step(runner, ids, steps: int, device) -> float:
     return seconds_for_batches(runner, [ids] * steps, device) / steps
 
@@ -149,8 +158,8 @@ def compare(size: str, batch_size: int, steps: int, rounds: int, device, dtype) 
     for runner in runners:
         seconds_per_step(runner, ids, 2, device)  # warm-up: allocator, kernels, optimizer state
     timings = {runner.name: [] for runner in runners}
-    for _ in range(rounds):
-        for runner in runners:
+    for number in range(rounds):
+        for runner in rotated(runners, number):
             timings[runner.name].append(seconds_per_step(runner, ids, steps, device))
     tokens = batch_size * SEQ_LEN
     return {name: tokens / statistics.median(times) for name, times in timings.items()}
@@ -273,7 +282,7 @@ def finetuning_batches(measured: list[dict], vocab, device_type: str) -> dict[st
 def compare_finetuning(size: str, epoch: list[dict], vocab, steps: int, rounds: int, device, dtype,
                        compiled: bool = False) -> dict:
     """Sentences/s of fine-tuning over the first rounds x steps training batches of the epoch, each
-    round the next `steps` of them for every arm in turn, all arms on the same sentences."""
+    round the next `steps` of them for every arm in turn (`rotated`), all arms on the same sentences."""
     arms = finetuning_arms(compiled)
     def on_device(batch):
         return {key: torch.as_tensor(value).to(device) for key, value in batch.items() if value is not None}
@@ -288,9 +297,9 @@ def compare_finetuning(size: str, epoch: list[dict], vocab, steps: int, rounds: 
     for arm, (side, _) in arms.items():
         seconds_for_batches(runners[side], warm_up_batches(batches[arm]), device)
     seconds = dict.fromkeys(arms, 0.0)
-    for first in range(0, len(measured), steps):
-        for arm, (side, _) in arms.items():
-            seconds[arm] += seconds_for_batches(runners[side], batches[arm][first:first + steps], device)
+    for number, first in enumerate(range(0, len(measured), steps)):
+        for arm in rotated(list(arms), number):
+            seconds[arm] += seconds_for_batches(runners[arms[arm][0]], batches[arm][first:first + steps], device)
     sentences = sum(len(batch["labels"]) for batch in measured)
     return {arm: {"rate": sentences / seconds[arm],
                   "width": np.mean([batch["input_ids"].shape[1] for batch in batches[arm]])}
@@ -457,8 +466,8 @@ def print_finetuning_table(args, device, dtype):
     print()
     print(f"SST-2 fine-tuning over the same {batches * args.batch_size} real training sentences (the first {batches} "
           f"of the epoch's {len(epoch)} batches of {args.batch_size}, drawn as our trainer draws them); "
-          f"{args.rounds} rounds of {args.finetune_steps} steps, every arm in turn; total sentences over total "
-          f"seconds. Arms: " + "; ".join(f"{arm}: {how}" for arm, (_, how) in arms.items()))
+          f"{args.rounds} rounds of {args.finetune_steps} steps, every arm in turn, each round starting one later; "
+          f"total sentences over total seconds. Arms: " + "; ".join(f"{arm}: {how}" for arm, (_, how) in arms.items()))
     print()
     print("| size | arm | mean width | sentences/s | " + " | ".join(f"{arm} / this" for arm in mine) + " |")
     print("|---|---|---:|---:|" + "---:|" * len(mine))
@@ -495,8 +504,10 @@ def print_floor_table(floors: dict, sentences: int):
 def main(argv=None):
     args = parse_args(argv)
     device = select_device(args.device)
-    # the trainer's CPU allocator setting, here for both sides: the ratios are the code's alone
+    # the trainer's CPU allocator and kernel-cache settings, here for both sides: the ratios are the code's alone
     kept = device.type == "cpu" and keep_freed_memory()
+    if device.type == "cpu":
+        keep_kernels_for_every_width()
     if args.measure_memory:  # the subprocess peak_memory_mib starts
         mib = measure_memory(args.measure_memory, args.sizes[0], args.batch_size, args.steps, device)
         print(json.dumps({"mib": mib}))
@@ -505,7 +516,8 @@ def main(argv=None):
     peak, source = peak_flops(device, dtype, 0.0)  # the trainer's and gpu_check.py's peak, found the same way
     print(f"device {device}, {torch.get_num_threads()} threads, autocast {dtype_name(dtype)}, "
           f"batch {args.batch_size} x {SEQ_LEN}, vocab {VOCAB_SIZE}, "
-          f"median of {args.rounds} rounds of {args.steps} steps{', freed memory kept (both sides)' if kept else ''}")
+          f"median of {args.rounds} rounds of {args.steps} steps"
+          f"{', freed memory and oneDNN kernels for every width kept (both sides)' if kept else ''}")
     print(f"matmul peak in {dtype_name(dtype)}: {peak / 1e9:,.1f} GFLOP/s, {source}")
     if args.sizes:
         print_mlm_tables(args, device, dtype, peak, source)

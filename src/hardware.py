@@ -16,6 +16,7 @@ from errors import UserError
 BYTES_PER_WEIGHT = 4  # float32: how models are built and checkpoints stored
 GIB = 2**30
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+ONEDNN_KERNELS_KEPT = 16_384  # about 32 kernels a width, for every width up to 512
 
 
 def select_device(name: str) -> torch.device:
@@ -37,6 +38,17 @@ def keep_freed_memory() -> bool:
     except (OSError, AttributeError):
         return False
     return bool(mallopt(M_MMAP_THRESHOLD, 32 * 2**20) and mallopt(M_TRIM_THRESHOLD, GIB))
+
+
+def keep_kernels_for_every_width():
+    """oneDNN, which runs bf16 matmuls on the CPU, builds a kernel for each matmul shape and keeps the
+    last 1,024 it built; a fine-tuning step at its batch's exact width uses about 40, so with more
+    than 25 widths in play (SST-2's first 192 batches have 53) a step mostly builds its kernels anew:
+    1.1-1.15x on the 4 x 256 step, in less memory than the rebuilding churns (etc/results.md, "oneDNN's
+    kernels for every width"). Keeps ONEDNN_KERNELS_KEPT, every width up to 512 in training and
+    evaluation. oneDNN reads the setting at the process's first matmul, so this runs before that; a
+    value already in the environment stays."""
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_KERNELS_KEPT))
 
 
 def machine_memory() -> int:

@@ -86,6 +86,7 @@ class Trainer:
         self.device = task.device
         if self.device.type == "cpu":
             hardware.keep_freed_memory()
+            hardware.keep_kernels_for_every_width()
         self.starter = RunStarter(config, task, hardware.select_dtype(config.dtype, self.device), rank, world_size)
 
     @property

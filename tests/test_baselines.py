@@ -96,6 +96,13 @@ def test_finetuning_benchmark_runs_every_arm_on_the_same_sentences(vocab_dir, ro
     assert set(floor) == {"GEMMs", "attention", "AdamW"} and all(seconds > 0 for seconds in floor.values())
 
 
+def test_each_round_starts_one_arm_later_so_none_always_runs_first():
+    arms = ["ours", "ours, compiled", "transformers"]
+    orders = [bench.rotated(arms, number) for number in range(4)]
+    assert orders == [arms, arms[1:] + arms[:1], arms[2:] + arms[:2], arms]
+    assert {order[0] for order in orders[:3]} == set(arms)
+
+
 def test_finetuning_arms_put_ours_first_and_compiled_only_when_asked():
     assert list(bench.finetuning_arms(False)) == list(bench.FINETUNING_ARMS)
     assert list(bench.finetuning_arms(True))[:2] == ["ours", "ours, compiled"]

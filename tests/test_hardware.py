@@ -1,6 +1,6 @@
 """The MFU denominator: published GPU peaks by name, the peak-tflops key, the best of several
 measured tries, and a measured peak measured again at validations and when MFU would read above
-100% (said in the log when it rose); the CPU allocator's setting."""
+100% (said in the log when it rose); the CPU allocator's and oneDNN's kernel cache's settings."""
 import os
 import resource
 import subprocess
@@ -157,3 +157,31 @@ def test_freed_memory_is_kept_for_the_next_step_under_glibc():
     assert mapped >= 24 * 2**20
     mapped, free_in_heap = run("kept")
     assert mapped == 0 and free_in_heap >= 24 * 2**20
+
+
+KERNEL_CACHE_CHECK = """
+import os, sys
+import hardware
+if sys.argv[1] == "kept":
+    hardware.keep_kernels_for_every_width()
+import torch
+weight = torch.randn(8, 8, dtype=torch.bfloat16)
+for rows in [*range(100, 1200), 100]:  # 1,100 shapes, then the first again
+    torch.randn(rows, 8, dtype=torch.bfloat16) @ weight
+"""
+
+
+@pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="bf16 matmuls run on oneDNN with bf16")
+@pytest.mark.parametrize("arm, environment, built_again", [("default", {}, True), ("kept", {}, False),
+                                                           ("kept", {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "1024"}, True)])
+def test_onednn_keeps_a_kernel_for_every_width_unless_the_user_said_otherwise(arm, environment, built_again):
+    """oneDNN's log of kernel builds: after 1,100 other shapes, the first is built again by default (its
+    cache keeps the last 1,024), found in the cache once the setting is made, and a capacity set in the
+    environment stays."""
+    inherited = {name: value for name, value in os.environ.items() if name != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+    log = subprocess.run([sys.executable, "-c", KERNEL_CACHE_CHECK, arm], capture_output=True, text=True, check=True,
+                         cwd=Path(hardware.__file__).parent,
+                         env={**inherited, "ONEDNN_VERBOSE": "profile_create", **environment}).stdout
+    builds = [line.split(",")[3] for line in log.splitlines() if ",100x8:8x8," in line]
+    assert builds[0] == "create:cache_miss" and len(builds) == 2
+    assert builds[1] == ("create:cache_miss" if built_again else "create:cache_hit")
