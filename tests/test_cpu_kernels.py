@@ -59,6 +59,25 @@ def test_dropout_under_compile_zeroes_its_share_and_passes_the_kept_gradient():
     torch.testing.assert_close(x.grad, kept.float() / chance)
 
 
+@pytest.mark.parametrize("p", [0.1, 0.5, 2 ** -18])
+def test_compiled_dropout_by_where_equals_the_eager_masks_multiplications_on_the_same_draws(monkeypatch, p):
+    """What inductor runs (a comparison and torch.where) against eager's 0-or-1 mask, on the same
+    draws: the same values, bit for bit (a dropped negative element is +0, not -0), and the same
+    gradient."""
+    x = torch.randn(64, 300, dtype=torch.bfloat16)
+    results = []
+    for compiling in (False, True):
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda compiling=compiling: compiling)
+        torch.manual_seed(3)
+        leaf = x.clone().requires_grad_()
+        y = cpu_kernels.dropped(leaf, p)
+        y.backward(torch.ones_like(y))
+        results.append((y.detach(), leaf.grad))
+    (eager, eager_grad), (compiled, compiled_grad) = results
+    assert torch.equal(compiled, eager) and torch.equal(compiled_grad, eager_grad)
+    assert p < 2 ** -17 or eager.eq(0).any()
+
+
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
 def test_keep_mask_keeps_each_element_with_its_chance_independently(p):
     torch.manual_seed(0)
