@@ -16,7 +16,7 @@ from errors import UserError
 BYTES_PER_WEIGHT = 4  # float32: how models are built and checkpoints stored
 GIB = 2**30
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
-ONEDNN_KERNELS_KEPT = 16_384  # about 32 kernels a width, for every width up to 512
+ONEDNN_KERNELS_KEPT = 16_384  # at 38 kernels a training step's width, every width up to about 400
 
 
 def select_device(name: str) -> torch.device:
@@ -45,9 +45,8 @@ def keep_kernels_for_every_width():
     last 1,024 it built; a fine-tuning step at its batch's exact width uses about 40, so with more
     than 25 widths in play (SST-2's first 192 batches have 53) a step mostly builds its kernels anew:
     1.1-1.15x on the 4 x 256 step, in less memory than the rebuilding churns (etc/results.md, "oneDNN's
-    kernels for every width"). Keeps ONEDNN_KERNELS_KEPT, every width up to 512 in training and
-    evaluation. oneDNN reads the setting at the process's first matmul, so this runs before that; a
-    value already in the environment stays."""
+    kernels for every width"). Keeps ONEDNN_KERNELS_KEPT. oneDNN reads the setting at the process's
+    first matmul, so this runs before that; a value already in the environment stays."""
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_KERNELS_KEPT))
 
 
