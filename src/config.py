@@ -46,6 +46,7 @@ CLASSIFICATION_TASKS = tasks_of(CLASSIFICATION)
 FINE_TUNING_TASKS = tasks_of(CLASSIFICATION, TOKENS, ANSWERS, EMBEDDING)
 SENTENCE_TASKS = tuple(name for name, kind in TASK_KINDS.items() if kind.single_text)  # one text per example
 TAUGHT_TASKS = tuple(name for name, kind in TASK_KINDS.items() if kind.taught)  # the tasks that take a teacher
+LABELLED_FILE_KEYS = ("train_file", "validation_file", "test_file")  # classify on your own files
 SENTENCE_OBJECTIVES = ("none", "nsp", "sop")  # the names a shard's pairs are labelled for too (shards.PAIRS)
 
 
@@ -113,6 +114,13 @@ CROSS_FIELD_RULES = (
     f"transfer-data = {v['transfer_data']} goes with a teacher and a task of single texts "
     f"({', '.join(SENTENCE_TASKS)}, embed), not task-type = {v['task_type']}"
     + ("" if v["teacher"] else " without one"),
+    lambda v: None if not any(v[name] for name in LABELLED_FILE_KEYS) or v["task_type"] == "classify" else
+    f"{INI_KEYS[next(name for name in LABELLED_FILE_KEYS if v[name])]} goes with task-type = classify, "
+    f"not {v['task_type']} (a GLUE task reads glue-dir's layout)",
+    lambda v: None if bool(v["train_file"]) == bool(v["validation_file"]) else
+    "train-file and validation-file go together: a run trains on one and scores on the other",
+    lambda v: None if v["train_file"] or not (v["test_file"] or v["text_column"] or v["label_column"] != "label") else
+    f"{'test-file' if v['test_file'] else 'text-column' if v['text_column'] else 'label-column'} goes with train-file",
     curriculum_problem,
     mask_rate_problem,
     lambda v: None if not v["batch_ramp"] or v["grad_accum_steps"] > 1 else
@@ -131,6 +139,13 @@ CROSS_FIELD_RULES = (
     f"time-budget = {v['time_budget']} with max-iters = {v['max_iters']} below warmup-iters = {v['warmup_iters']}: "
     f"the run would stop before warming up",
 )
+
+
+def check_unique_names(names: tuple[str, ...], where: str):
+    """Each output's name its own: two ids of one name would leave one output never trained."""
+    twice = sorted({name for name in names if names.count(name) > 1}, key=names.index)
+    if twice:
+        raise UserError(f"{where}: {', '.join(twice)} named twice; each label needs a name of its own")
 
 
 def key(default, meaning: str, rule: Rule | None = None, *, group: str | None = None):
@@ -152,7 +167,16 @@ class Config:
     num_labels: int = key(2, "classify: its classes (a GLUE task has its own)", at_least(2))
     tag_column: str = key("ner_tags", "ner: the tags' parquet column; in CoNLL text ner_tags is the last column, "
                           "pos_tags the 2nd, chunk_tags the 3rd, or a column number", Rule(bool, "a column"))
-    labels: str = key("", "ner: the tag names in the ids' order, comma-separated; empty: from the data")
+    labels: str = key("", "ner: the tag names in the ids' order; classify: the class names in the ids' order; "
+                      "comma-separated; empty: from the data")
+    train_file: str = key("", "classify: your own training examples, a .csv, .tsv, .jsonl or .parquet file with a "
+                          "text and a label column (with validation-file; in place of glue-dir's layout)")
+    validation_file: str = key("", "classify: the examples each validation scores (best.pt goes by them)")
+    test_file: str = key("", "classify: the examples --test scores; without their label column, --test writes "
+                         "each one's predicted label")
+    text_column: str = key("", "classify, with train-file: the text's column; empty: text, else sentence")
+    label_column: str = key("label", "classify, with train-file: the label's column (names or numbers)",
+                            Rule(bool, "a column name"))
     doc_stride: int = key(32, "squad: the pieces two windows of a long context share (run_qa's 128 goes with "
                           "seq-len 384)", at_least(0))
     max_query_length: int = key(64, "squad: a question's pieces beyond this are cut", at_least(1))
@@ -304,6 +328,13 @@ class Config:
     def given(self) -> frozenset[str]:
         """The keys the config files or the command line set."""
         return frozenset(self.origins)
+
+    @property
+    def given_labels(self) -> tuple[str, ...]:
+        """`labels` as names in the ids' order (empty: the data names them)."""
+        names = tuple(name for name in re.split(r"\s*,\s*", self.labels.strip()) if name)
+        check_unique_names(names, f"labels = {self.labels.strip()}")
+        return names
 
     @property
     def vocab_path(self) -> Path:

@@ -1,7 +1,9 @@
 """GLUE's data on disk, in either layout (Hugging Face parquet, the GLUE distribution's TSV): a task's
 split found, read and checked, any bad value a one-line error naming the file, row or line, and column.
+Also `classify`'s examples from a user's own file (.csv, .tsv, .jsonl, .parquet), labels by name.
 """
 import csv
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -10,6 +12,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 from errors import UserError
@@ -297,3 +300,117 @@ def as_number(value) -> float | None:
     if not isinstance(value, (int, float, np.integer, np.floating)) or not math.isfinite(value):
         return None
     return float(value)
+
+
+# ----------------------------------------------------------------------------- your own files (classify)
+
+LABELLED_FORMATS = (".csv", ".tsv", ".jsonl", ".parquet")
+TEXT_COLUMNS = ("text", "sentence")  # text-column's default: the first of these a file has
+
+
+@dataclass
+class LabelledRows:
+    """A user's file of examples: its texts, and its labels as names (None: no label column)."""
+    path: Path
+    texts: list[str]
+    labels: list[str] | None
+
+
+def read_labelled_rows(path: Path, text_column: str, label_column: str, needs_labels: bool) -> LabelledRows:
+    """Each row's text and label; text-column empty means `text`, else `sentence`. A test file may
+    leave the label column out (needs_labels False): its labels are then hidden."""
+    columns = read_columns(path, (text_column,) if text_column else TEXT_COLUMNS)
+    text_column = text_column or next((name for name in TEXT_COLUMNS if name in columns), TEXT_COLUMNS[0])
+    for name in (text_column, label_column) if needs_labels else (text_column,):
+        if name not in columns:
+            raise UserError(f"{path}: missing column {name} (columns: {', '.join(columns) or 'none'})")
+    if not columns[text_column]:
+        raise UserError(f"{path}: no examples")
+    texts = checked_texts(path, Column(text_column, columns[text_column]), row_place, allow_empty=False)
+    labels = columns.get(label_column)
+    if labels is not None:
+        labels = [label_text(path, label_column, row, value) for row, value in enumerate(labels)]
+    return LabelledRows(path, texts, labels)
+
+
+def row_place(row: int) -> str:
+    return f"row {row + 1}"
+
+
+def read_columns(path: Path, text_columns: tuple[str, ...]) -> dict[str, list]:
+    """A file's columns by name, in its format (by suffix); text_columns stay text in a CSV or TSV
+    (`42` is a sentence there, not a number)."""
+    suffix = path.suffix.lower()
+    if suffix not in LABELLED_FORMATS:
+        raise UserError(f"{path}: expected a {', '.join(LABELLED_FORMATS[:-1])} or {LABELLED_FORMATS[-1]} file")
+    if not path.is_file():
+        raise UserError(f"{path}: no such file")
+    if suffix == ".jsonl":
+        return read_json_lines(path)
+    try:
+        if suffix == ".parquet":
+            table = pq.read_table(path)
+        else:  # a TSV is read as GLUE's are: unquoted, a field ends at the tab or the line
+            parse = pa_csv.ParseOptions(delimiter="\t", quote_char=False) if suffix == ".tsv" else \
+                pa_csv.ParseOptions(newlines_in_values=True)
+            convert = pa_csv.ConvertOptions(column_types={name: pa.string() for name in text_columns},
+                                            strings_can_be_null=False)
+            table = pa_csv.read_csv(path, parse_options=parse, convert_options=convert)
+    except (OSError, pa.ArrowException) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else error.__class__.__name__
+        raise UserError(f"{path}: not a readable {suffix[1:]} file ({reason})") from None
+    return {name: table.column(name).to_pylist() for name in table.column_names}
+
+
+def read_json_lines(path: Path) -> dict[str, list]:
+    """A JSON object a line (blank lines skipped) as columns; a key a row lacks is None there."""
+    rows = []
+    try:
+        with path.open(encoding="utf-8-sig") as file:
+            for number, line in enumerate(file, start=1):
+                if line.strip():
+                    rows.append((number, json.loads(line)))
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise UserError(f"{path}: line {number}: not JSON ({error.msg})") from None
+    for number, row in rows:
+        if not isinstance(row, dict):
+            raise UserError(f"{path}: line {number}: expected a JSON object, found {type(row).__name__}")
+    names = list(dict.fromkeys(name for _, row in rows for name in row))
+    return {name: [row.get(name) for _, row in rows] for name in names}
+
+
+def label_text(path: Path, column: str, row: int, value) -> str:
+    """A label as a name: text as written (less surrounding spaces), an integer (1, 1.0) as its digits."""
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    number = as_integer(value)
+    if number is None:
+        raise UserError(f"{path}: row {row + 1}, column {column}: expected a label (a name or an integer), "
+                        f"found {value!r}")
+    return str(number)
+
+
+def ordered_names(labels: list[str]) -> tuple[str, ...]:
+    """The distinct labels in the model's order: as numbers where every one is an integer (2 before
+    10), else as text."""
+    distinct = set(labels)
+    numbers = all(re.fullmatch(r"-?\d+", name) for name in distinct)
+    return tuple(sorted(distinct, key=int if numbers else None))
+
+
+def labelled_examples(rows: LabelledRows, column: str, names: tuple[str, ...], whose: str) -> Examples:
+    """The rows as Examples, each label the index of its name; a label not among `names` is one line
+    naming the file, row and label, and `whose` names they are (the training file's, the checkpoint's)."""
+    if rows.labels is None:
+        labels = np.full(len(rows.texts), HIDDEN_LABEL, np.int64)
+    else:
+        ids = {name: index for index, name in enumerate(names)}
+        for row, label in enumerate(rows.labels):
+            if label not in ids:
+                shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+                raise UserError(f"{rows.path}: row {row + 1}, column {column}: label {label!r} is not one of "
+                                f"{whose} labels ({shown})")
+        labels = np.array([ids[label] for label in rows.labels], np.int64)
+    return Examples(rows.texts, None, labels, np.arange(len(rows.texts), dtype=np.int64), (rows.path,))

@@ -118,7 +118,7 @@ def architecture_of(path: Path, config: dict, vocab: Vocab, task: str, weights: 
     """The ModelConfig config.json describes; a value ModelConfig refuses is one line naming the file."""
     shape = {field: config[key] for field, key in shape_keys(config).items() if key in config}
     common = {"pad_id": vocab.pad_id, "causal": task == "clm", "num_labels": len(config.get("id2label", {})) or 2,
-              "label_names": label_names(config) if task == "ner" else ()}
+              "label_names": output_names(config, task)}
     if config["model_type"] == "bert-variant":
         settings = {name: config[name] for name in NETWORK_FIELDS if name in config}
     else:
@@ -172,12 +172,21 @@ def cut_length(path: Path, max_len: int) -> int:
 
 
 def label_names(config: dict) -> tuple[str, ...]:
-    """id2label's names in the ids' order: a token classifier's tags."""
+    """id2label's names in the ids' order."""
     labels = config.get("id2label", {})
     try:
         return tuple(str(labels[key]) for key in sorted(labels, key=int))
     except ValueError:
         raise UserError(f"id2label's keys are {sorted(labels)[:3]}; expected the label ids 0, 1, ...") from None
+
+
+def output_names(config: dict, task: str) -> tuple[str, ...]:
+    """What a model's outputs are named: a token classifier's tags; a classify model's classes, but
+    where they are only their numbers (as a classify model without names exports them)."""
+    if task == "ner":
+        return label_names(config)
+    names = label_names(config) if task == "classify" else ()
+    return () if names == tuple(str(number) for number in range(len(names))) else names
 
 
 def check_size(path: Path, config: dict, architecture: ModelConfig, memory_limit: float | None):

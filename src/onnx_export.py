@@ -235,6 +235,7 @@ def validation_scores(checkpoint: dict, checkpoint_path: Path, graphs: dict[str,
     shape = ModelConfig(**checkpoint["model_config"])
     try:
         task = task_class(checkpoint["task"])(config, checkpoints.vocab_of(checkpoint), torch.device("cpu"))
+        task.take_checkpoint_labels(tuple(checkpoint["model_config"]["label_names"]), kept=True)  # its outputs' names
         scores = {kind: task.evaluate(onnx_class(checkpoint["task"])(path, shape), task.eval_batches("val", None),
                                       contextlib.nullcontext()) for kind, path in graphs.items()}
     except UserError as error:

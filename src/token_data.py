@@ -8,7 +8,6 @@ sentences, `-DOCSTART-` lines between documents (skipped). Parquet: a `tokens` c
 and a tag column of integer lists, whose names Hugging Face's metadata carries (or `labels` gives).
 """
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -17,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from config import check_unique_names
 from errors import UserError
 from glue_data import parquet_shards
 from model import IGNORE_INDEX
@@ -170,7 +170,7 @@ def read_parquet(path: Path, tag_column: str, id_names: tuple[str, ...]) -> Read
         if name not in table.column_names:
             raise UserError(f"{path}: missing column {name} (columns: {', '.join(table.column_names)})")
     names = id_names or metadata_label_names(table.schema, tag_column)
-    check_unique(names, f"{path}: the Hugging Face metadata of {tag_column}")
+    check_unique_names(names, f"{path}: the Hugging Face metadata of {tag_column}")
     if not names:
         raise UserError(f"{path}: column {tag_column} holds tag ids without their names (no Hugging Face "
                         f"metadata): give them in order with labels = O,B-PER,I-PER,...")
@@ -198,20 +198,6 @@ def metadata_label_names(schema: pa.Schema, column: str) -> tuple[str, ...]:
         return tuple(features[column]["feature"]["names"])
     except (KeyError, TypeError, ValueError):
         return ()
-
-
-def parse_labels(text: str) -> tuple[str, ...]:
-    """The `labels` key: tag names separated by commas."""
-    names = tuple(name for name in re.split(r"\s*,\s*", text.strip()) if name)
-    check_unique(names, f"labels = {text.strip()}")
-    return names
-
-
-def check_unique(names: tuple[str, ...], where: str):
-    """Each output's name its own: two ids of one name would leave one output never trained."""
-    twice = sorted({name for name in names if names.count(name) > 1}, key=names.index)
-    if twice:
-        raise UserError(f"{where}: {', '.join(twice)} named twice; each label needs a name of its own")
 
 
 # ----------------------------------------------------------------------------- encoding

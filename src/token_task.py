@@ -46,7 +46,7 @@ class TokenClassificationTask(FineTuningTask):
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         super().__init__(config, vocab, device, rank, world_size)
-        self.ids_named = token_data.parse_labels(config.labels)  # what a parquet file's tag ids mean
+        self.ids_named = config.given_labels  # what a parquet file's tag ids mean
         self.names = self.ids_named or None  # the model's labels: None until the training split names them
         self.whose = "the model's"  # the labels' owner, as a refused tag's error names them
 

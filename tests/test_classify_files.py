@@ -1,0 +1,288 @@
+"""`classify` on the user's own files (train-file, validation-file, test-file): CSV, TSV, JSON lines and
+parquet read with their columns, labels by name into the model and out through --test, classify.py,
+the export and its import; every bad file or setting one line."""
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import checkpoints
+import classify
+import export_hf
+import glue_data
+import hf_import
+import import_hf
+import main
+from config import Config
+from errors import UserError
+from conftest import TEST_DEVICE, one_error_line
+
+TINY_RUN = {"task-type": "classify", "seq-len": 32, "batch-size": 16, "d-model": 32, "heads": 2, "n-layer": 2,
+            "d-ff": 64, "dropout": 0.1, "device": TEST_DEVICE, "dtype": "float32", "compile": "false",
+            "peak-tflops": 1, "log-interval": 1, "learning-rate": 2e-3, "min-learning-rate": 2e-4,
+            "warmup-iters": 2, "max-iters": 4, "lr-decay-iters": 4, "val-interval": 4}
+MOODS = ("negative", "positive", "mixed")  # not in sorted order: the model's order is the names sorted
+
+
+@pytest.fixture(scope="module")
+def examples(rotten_tomatoes) -> list[tuple[str, str]]:
+    """Real sentences, each with a mood by name: both polarities, and every fifth one `mixed`."""
+    rows = rotten_tomatoes[::10]  # a hundred of one polarity, then a hundred of the other
+    alternating = [row for pair in zip(rows[:100], rows[100:]) for row in pair]
+    return [(" ".join(text.split()), "mixed" if i % 5 == 0 else MOODS[label])
+            for i, (text, label) in enumerate(alternating)]
+
+
+def write_csv(path: Path, rows, header=("text", "label")) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def write_jsonl(path: Path, rows, keys=("text", "label")) -> Path:
+    path.write_text("".join(json.dumps(dict(zip(keys, row))) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def workdir(tmp_path, vocab_dir, monkeypatch, keep_signal_handlers, examples) -> Path:
+    """The current directory: vocab/, and train.csv, dev.jsonl, test.tsv (no labels) of the examples."""
+    shutil.copytree(vocab_dir, tmp_path / "vocab")
+    write_csv(tmp_path / "train.csv", examples[:160])
+    write_jsonl(tmp_path / "dev.jsonl", examples[160:])
+    (tmp_path / "test.tsv").write_text("text\n" + "".join(text + "\n" for text, _ in examples[160:180]))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def fine_tune(cp: Path | None = None, test: bool = False, switch_training: bool = False, **settings):
+    """A tiny classify run on the working directory's files (TINY_RUN and `settings`)."""
+    values = TINY_RUN | {"train-file": "train.csv", "validation-file": "dev.jsonl", "test-file": "test.tsv"} | {
+        key.replace("_", "-"): value for key, value in settings.items()}
+    Path("config.ini").write_text("".join(f"{key} = {value}\n" for key, value in values.items()))
+    return main.run(main.load_config(None, []), cp, test, switch_training=switch_training)
+
+
+# ------------------------------------------------------------------------------ reading the files
+
+def test_each_format_gives_the_same_examples(tmp_path, examples):
+    rows = examples[:40] + [("42", "positive"), ('a "quoted" word, and a comma', "negative")]
+    write_csv(tmp_path / "a.csv", rows)
+    (tmp_path / "a.tsv").write_text("label\ttext\n" + "".join(f"{label}\t{text}\n" for text, label in rows))
+    write_jsonl(tmp_path / "a.jsonl", rows)
+    pq.write_table(pa.table({"text": [text for text, _ in rows], "label": [label for _, label in rows]}),
+                   tmp_path / "a.parquet")
+    for suffix in ("csv", "tsv", "jsonl", "parquet"):
+        read = glue_data.read_labelled_rows(tmp_path / f"a.{suffix}", "", "label", needs_labels=True)
+        assert read.texts == [text for text, _ in rows] and read.labels == [label for _, label in rows], suffix
+
+
+def test_labels_are_names_and_numbers_are_their_digits(tmp_path):
+    write_jsonl(tmp_path / "n.jsonl", [("one", 1), ("two", 2.0), ("ten", 10), ("three", " 3 ")])
+    read = glue_data.read_labelled_rows(tmp_path / "n.jsonl", "", "label", needs_labels=True)
+    assert read.labels == ["1", "2", "10", "3"]
+    assert glue_data.ordered_names(read.labels) == ("1", "2", "3", "10")  # as numbers where all are
+    assert glue_data.ordered_names(["b", "10", "a", "2"]) == ("10", "2", "a", "b")
+    examples = glue_data.labelled_examples(read, "label", ("1", "2", "3", "10"), "the training file's")
+    assert examples.labels.tolist() == [0, 1, 3, 2] and examples.index.tolist() == [0, 1, 2, 3]
+
+
+def test_the_text_column_is_text_else_sentence_or_as_named(tmp_path):
+    write_csv(tmp_path / "s.csv", [("a film", "1")], header=("sentence", "label"))
+    assert glue_data.read_labelled_rows(tmp_path / "s.csv", "", "label", True).texts == ["a film"]
+    write_csv(tmp_path / "r.csv", [("a film", "x", "good")], header=("review", "text", "mood"))
+    read = glue_data.read_labelled_rows(tmp_path / "r.csv", "review", "mood", True)
+    assert read.texts == ["a film"] and read.labels == ["good"]
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path):
+    (tmp_path / "b.csv").write_bytes("\ufefftext,label\nfine,1\n".encode("utf-8"))
+    (tmp_path / "b.jsonl").write_bytes('\ufeff{"text": "fine", "label": 1}\n'.encode("utf-8"))
+    for name in ("b.csv", "b.jsonl"):
+        assert glue_data.read_labelled_rows(tmp_path / name, "", "label", True).texts == ["fine"]
+
+
+def test_a_test_file_may_leave_its_labels_out(tmp_path):
+    (tmp_path / "t.tsv").write_text("text\nfine\ndull\n")
+    read = glue_data.read_labelled_rows(tmp_path / "t.tsv", "", "label", needs_labels=False)
+    assert read.labels is None
+    examples = glue_data.labelled_examples(read, "label", ("a", "b"), "the training file's")
+    assert examples.labels_hidden and examples.first == ["fine", "dull"]
+
+
+@pytest.mark.parametrize("name, content, expected", [
+    ("a.txt", "fine\n", "a.txt: expected a .csv, .tsv, .jsonl or .parquet file"),
+    ("a.csv", "sentence,mood\nfine,1\n", "a.csv: missing column label (columns: sentence, mood)"),
+    ("a.csv", "text,label\n", "a.csv: no examples"),
+    ("a.csv", "text,label\n\"\",1\n", "a.csv: row 1, column text: empty sentence"),
+    ("a.csv", "text,label\nfine,\n", "a.csv: row 1, column label: expected a label (a name or an integer), found None"),
+    ("a.csv", "text,label\nfine,1,2\n", "a.csv: not a readable csv file (CSV parse error: Expected 2 columns, got 3:"),
+    ("a.jsonl", '{"text": "fine", "label": 1}\nfine\n', "a.jsonl: line 2: not JSON (Expecting value)"),
+    ("a.jsonl", '["fine", 1]\n', "a.jsonl: line 1: expected a JSON object, found list"),
+    ("a.jsonl", '{"text": 7, "label": 1}\n', "a.jsonl: row 1, column text: expected text, found 7"),
+    ("a.jsonl", '{"text": "fine", "label": 0.5}\n', "a.jsonl: row 1, column label: expected a label"),
+    ("a.parquet", "not parquet", "a.parquet: not a readable parquet file ("),
+])
+def test_a_bad_file_is_one_line_naming_it(tmp_path, name, content, expected):
+    (tmp_path / name).write_text(content)
+    with pytest.raises(UserError) as error:
+        glue_data.read_labelled_rows(tmp_path / name, "", "label", needs_labels=True)
+    assert str(error.value).startswith(f"{tmp_path / name}: " + expected.split(": ", 1)[1]), str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_a_label_the_model_lacks_names_the_row_and_whose_labels(tmp_path):
+    write_csv(tmp_path / "d.csv", [("fine", "positive"), ("meh", "neutral")])
+    read = glue_data.read_labelled_rows(tmp_path / "d.csv", "", "label", True)
+    with pytest.raises(UserError, match=r"d.csv: row 2, column label: label 'neutral' is not one of the "
+                                        r"checkpoint's labels \(negative, positive\)$"):
+        glue_data.labelled_examples(read, "label", ("negative", "positive"), "the checkpoint's")
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({"task_type": "sst2", "train_file": "a.csv", "validation_file": "b.csv"},
+     "train-file goes with task-type = classify, not sst2 (a GLUE task reads glue-dir's layout)"),
+    ({"task_type": "classify", "train_file": "a.csv"},
+     "train-file and validation-file go together: a run trains on one and scores on the other"),
+    ({"task_type": "classify", "test_file": "t.csv"}, "test-file goes with train-file"),
+    ({"task_type": "classify", "text_column": "review"}, "text-column goes with train-file"),
+    ({"task_type": "classify", "label_column": "mood"}, "label-column goes with train-file"),
+])
+def test_the_file_keys_go_with_classify_and_each_other(settings, expected):
+    with pytest.raises(UserError) as error:
+        Config(**settings)
+    assert str(error.value) == f"config: {expected}"
+
+
+# ------------------------------------------------------------------------------ a run on them
+
+def test_a_run_names_its_classes_and_every_output_keeps_them(workdir, capsys, tmp_path):
+    run_dir = fine_tune()
+    saved = checkpoints.load(run_dir / "checkpoints" / "best.pt")
+    assert saved["model_config"]["label_names"] == ("mixed", "negative", "positive")
+    assert saved["model_config"]["num_labels"] == 3
+    log = (run_dir / "logs" / "log.txt").read_text()
+    assert "val examples 40" in log and any(f"true {mood})" in log for mood in MOODS)
+
+    fine_tune(cp=run_dir / "checkpoints" / "best.pt", test=True)  # test.tsv has no labels
+    predictions = (run_dir / "test_predictions_step4_test.tsv").read_text().splitlines()
+    assert predictions[0] == "index\tprediction" and len(predictions) == 21
+    assert {line.split("\t")[1] for line in predictions[1:]} <= set(MOODS)
+    assert [line.split("\t")[0] for line in predictions[1:]] == [str(row) for row in range(20)]
+
+    write_csv(workdir / "test.csv", [(text, label) for text, label in json_rows(workdir / "dev.jsonl")])
+    metrics = fine_tune(cp=run_dir / "checkpoints" / "best.pt", test=True, test_file="test.csv")
+    validation = [line for line in log.splitlines() if line.startswith("step 4 | val")][0]
+    assert f"val accuracy {metrics['test_accuracy']:.4f}" in validation  # the same examples, the same score
+
+    best = str(run_dir / "checkpoints" / "best.pt")
+    Path("config.ini").write_text(Path("config.ini").read_text().replace("test-file = test.csv\n", ""))
+    line = one_error_line(capsys, lambda: main.main(["--cp", best, "--test"]))
+    assert line == ("error: --test needs test-file: task-type = classify reads its examples from train-file, "
+                    "validation-file and test-file")
+
+    classify.main(["--cp", str(run_dir / "checkpoints" / "best.pt"), "a gorgeous film"])
+    label, _, text = capsys.readouterr().out.rstrip("\n").split("\t")
+    assert label in MOODS and text == "a gorgeous film"
+    export_hf.main(["--cp", str(run_dir / "checkpoints" / "best.pt"), "-o", str(tmp_path / "hf")])
+    exported = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert exported["id2label"] == {"0": "mixed", "1": "negative", "2": "positive"}
+    import_hf.main(["-i", str(tmp_path / "hf"), "-o", str(tmp_path / "back.pt")])
+    assert checkpoints.load(tmp_path / "back.pt")["model_config"]["label_names"] == ("mixed", "negative", "positive")
+
+
+def json_rows(path: Path) -> list[tuple[str, str]]:
+    return [(row["text"], row["label"]) for row in map(json.loads, path.read_text().splitlines())]
+
+
+def test_a_new_run_reads_its_files_against_a_checkpoints_names(workdir, examples):
+    """A training file without `mixed` is covered by the checkpoint's classes: the head goes on, the
+    labels read by name in the checkpoint's order. One with a class the checkpoint lacks gets a new head."""
+    first = fine_tune(run_id="first")
+    write_csv(workdir / "two.csv", [row for row in examples[:160] if row[1] != "mixed"])
+    write_jsonl(workdir / "two.jsonl", [row for row in examples[160:] if row[1] != "mixed"][:32])
+    second = fine_tune(cp=first / "checkpoints" / "best.pt", switch_training=True, run_id="second",
+                       train_file="two.csv", validation_file="two.jsonl", max_iters=2, lr_decay_iters=2,
+                       val_interval=2)
+    log = (second / "logs" / "log.txt").read_text()
+    assert "newly initialised: nothing" in log
+    assert checkpoints.load(second / "checkpoints" / "best.pt")["model_config"]["label_names"] == (
+        "mixed", "negative", "positive")
+    # the export scores its graphs as the run scored: by the checkpoint's names, not two.csv's own order
+    export_hf.main(["--cp", str(second / "checkpoints" / "best.pt"), "-o", str(workdir / "hf"), "--quantize", "int8"])
+    report = json.loads((workdir / "hf" / "onnx" / "quantization.json").read_text())["float32"]["metrics"]
+    validation = [line for line in log.splitlines() if line.startswith("step 2 | val")][0]
+    loss, accuracy = (float(validation.split(f"val {name} ")[1].split(" ")[0]) for name in ("loss", "accuracy"))
+    assert report["examples"] == 32 and report["accuracy"] == pytest.approx(accuracy, abs=1.5 / 32)
+    assert report["loss"] == pytest.approx(loss, abs=2e-3)  # the labels' ids as the run had them
+
+    write_csv(workdir / "four.csv", examples[:159] + [("a so-so film", "so-so")])
+    third = fine_tune(cp=first / "checkpoints" / "best.pt", switch_training=True, run_id="third", train_file="four.csv",
+                      max_iters=2, lr_decay_iters=2, val_interval=2)
+    log = (third / "logs" / "log.txt").read_text()
+    assert ("a new head: the checkpoint's labels (mixed, negative, positive) are not this run's "
+            "(mixed, negative, positive, so-so)") in log
+
+
+def test_numbered_labels_read_as_the_sst2_layout_reads_them(workdir, rotten_tomatoes):
+    rows = [(" ".join(text.split()), label) for text, label in rotten_tomatoes[::20]]
+    write_csv(workdir / "numbers.csv", rows)
+    pq.write_table(pa.table({"sentence": [text for text, _ in rows], "label": [label for _, label in rows]}),
+                   workdir / "train-00000-of-00001.parquet")
+    from_file = glue_data.labelled_examples(glue_data.read_labelled_rows(workdir / "numbers.csv", "", "label", True),
+                                            "label", ("0", "1"), "the training file's")
+    from_layout = glue_data.read_split(workdir, "sst2", "train")
+    assert from_file.first == from_layout.first and np.array_equal(from_file.labels, from_layout.labels)
+
+
+def test_labels_and_num_labels_must_agree_with_the_data(workdir, capsys):
+    line = one_error_line(capsys, lambda: main.main(["--config", str(write_config(num_labels=2)),
+                                                      "--run-id", "refused"]))
+    assert line == "error: num-labels = 2, but the training file's labels are 3: mixed, negative, positive"
+    line = one_error_line(capsys, lambda: main.main(["--config", str(write_config(labels="negative,positive")),
+                                                      "--run-id", "refused"]))
+    assert line == ("error: train.csv: row 1, column label: label 'mixed' is not one of the config's labels "
+                    "(negative, positive)")
+    assert not (workdir / "runs" / "refused").exists()
+
+
+def write_config(**settings) -> Path:
+    values = TINY_RUN | {"train-file": "train.csv", "validation-file": "dev.jsonl"} | {
+        key.replace("_", "-"): value for key, value in settings.items()}
+    path = Path("own.ini")
+    path.write_text("".join(f"{key} = {value}\n" for key, value in values.items()))
+    return path
+
+
+def test_given_names_order_the_classes_in_any_layout(workdir, rotten_tomatoes, capsys):
+    """`labels` names classify's classes in the ids' order: a file's names are read against them, and
+    the SST-2 layout's numbers are their ids."""
+    run_dir = fine_tune(labels="positive,negative,mixed")
+    assert checkpoints.load(run_dir / "checkpoints" / "best.pt")["model_config"]["label_names"] == (
+        "positive", "negative", "mixed")
+    rows = rotten_tomatoes[:80] + rotten_tomatoes[-80:]
+    (workdir / "datasets").mkdir()
+    for split in ("train", "validation"):
+        pq.write_table(pa.table({"sentence": [text for text, _ in rows], "label": [label for _, label in rows]}),
+                       workdir / "datasets" / f"{split}-00000-of-00001.parquet")
+    values = TINY_RUN | {"labels": "bad,good", "run-id": "layout"}
+    Path("config.ini").write_text("".join(f"{key} = {value}\n" for key, value in values.items()))
+    run_dir = main.run(main.load_config(None, []), None, False)
+    assert checkpoints.load(run_dir / "checkpoints" / "best.pt")["model_config"]["label_names"] == ("bad", "good")
+    capsys.readouterr()
+    classify.main(["--cp", str(run_dir / "checkpoints" / "best.pt"), "a gorgeous film"])
+    assert capsys.readouterr().out.split("\t")[0] in ("bad", "good")
+
+
+def test_an_imported_classifier_keeps_names_but_not_bare_numbers():
+    assert hf_import.output_names({"id2label": {"0": "neg", "1": "pos"}}, "classify") == ("neg", "pos")
+    assert hf_import.output_names({"id2label": {"1": "1", "0": "0"}}, "classify") == ()
+    assert hf_import.output_names({"id2label": {"0": "0", "1": "1"}}, "ner") == ("0", "1")
+    assert hf_import.output_names({"id2label": {"0": "neg", "1": "pos"}}, "sst2") == ()
