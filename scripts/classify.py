@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 import glue_data  # noqa: E402
 import glue_tasks  # noqa: E402
 import pair_encoding  # noqa: E402
+from architecture import TASK_KINDS  # noqa: E402
 from batching import pad_multiple  # noqa: E402
 from classification_task import Part  # noqa: E402
 from config import CLASSIFICATION_TASKS  # noqa: E402
@@ -38,7 +39,7 @@ BROKEN_PIPE_STATUS = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool 
 def split_pairs(texts: list[str], task: str) -> tuple[list[str], list[str] | None]:
     """The first and second sentences of `first ||| second` texts for a pair task; the texts
     themselves (and None) for a single-sentence one."""
-    is_pair = task in glue_tasks.TASKS and glue_tasks.TASKS[task].is_pair
+    is_pair = not TASK_KINDS[task].single_text
     if not is_pair:
         paired = next((text for text in texts if PAIR_SEPARATOR in text), None)
         if paired is not None:
@@ -117,7 +118,7 @@ def print_lines(lines):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cp", type=Path, required=True,
-                        help="a fine-tuned checkpoint of a GLUE task or classify" + OR_EXPORTED)
+                        help="a fine-tuned checkpoint of a GLUE task, classify or classify_pair" + OR_EXPORTED)
     parser.add_argument("text", nargs="*",
                         help=f"sentences to label; for a pair task, pairs written `first {PAIR_SEPARATOR} second`")
     parser.add_argument("-i", "--input", type=Path,

@@ -97,6 +97,8 @@ def answers() -> TaskKind:
                     "BertForQuestionAnswering", "BertVariantForQuestionAnswering")
 
 
+# Classification into the user's own classes, of one text or of a pair, read from the user's own files.
+USER_CLASS_TASKS = ("classify", "classify_pair")
 # "encoder" is no task-type: an imported BertModel, or a distilled student as exported.
 ENCODER_KIND = TaskKind(ENCODER, "", "", "BertForSequenceClassification", "BertModel", "BertVariantModel")
 TASK_KINDS = {
@@ -109,7 +111,7 @@ TASK_KINDS = {
     "distill": replace(ENCODER_KIND, family=PRE_TRAINING, module="distill_task", task_class="DistillationTask",
                                      taught=True),
     **{name: classification(single_text=name in ("cola", "sst2", "classify"))
-       for name in ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli", "classify")},
+       for name in ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli", *USER_CLASS_TASKS)},
     "ner": TaskKind(TOKENS, "token_task", "TokenClassificationTask", "BertForTokenClassification",
                     "BertForTokenClassification", "BertVariantForTokenClassification"),
     "squad": answers(),  # SQuAD v1.1

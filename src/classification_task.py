@@ -1,7 +1,7 @@
 """Fine-tuning on a sentence or a sentence pair (task.Task): every GLUE task (glue_tasks.py has the
 table, glue_data.py the readers of both layouts, pair_encoding.py the inputs, glue_metrics.py the
-metrics) and `classify`, any single-sentence classification: the user's own files (train-file, labels
-by name) or SST-2's layout with num-labels classes.
+metrics), and `classify` and `classify_pair`, any classification of one text or of a pair: the user's
+own files (train-file, labels by name) or SST-2's and RTE's layouts with num-labels classes.
 
 Batches are padded to their own longest example (batching.pad_multiple's rounding), not to seq-len:
 SST-2 sentences average about 10 words, so most of a 128-wide batch would be padding. With
@@ -21,6 +21,7 @@ import glue_metrics
 import glue_tasks
 import pair_encoding
 from batching import padded_width
+from architecture import USER_CLASS_TASKS
 from config import model_config
 from distributed import every_rank
 from errors import UserError
@@ -29,13 +30,19 @@ from model import BertForSequenceClassification, ModelConfig
 
 
 def glue_task_of(config, names: tuple[str, ...] = ()) -> glue_tasks.GlueTask:
-    """The GLUE task a config names. `classify` is SST-2's layout with classes of its own: `names`
-    (a checkpoint's, or its training file's), else `labels`, else 0 to num-labels - 1; on the user's
-    own files (train-file) --test writes each prediction's name."""
-    if config.task_type != "classify":
+    """The GLUE task a config names. `classify` is SST-2's layout with classes of its own, and
+    `classify_pair` RTE's (in a folder of its name): `names` (a checkpoint's, or its training file's),
+    else `labels`, else 0 to num-labels - 1; on the user's own files (train-file) --test writes each
+    prediction's name."""
+    if config.task_type not in USER_CLASS_TASKS:
         return glue_tasks.TASKS[config.task_type]
     names = names or config.given_labels or tuple(str(label) for label in range(config.num_labels))
-    task = dataclasses.replace(glue_tasks.TASKS["sst2"], name="classify", label_names=names)
+    if config.task_type == "classify":
+        task = dataclasses.replace(glue_tasks.TASKS["sst2"], name="classify", label_names=names)
+    else:
+        task = dataclasses.replace(glue_tasks.TASKS["rte"], name="classify_pair", tsv_folder="classify_pair",
+                                   label_names=names, server_wants_names=False,
+                                   submission_files={"test": "classify_pair.tsv"})
     if config.train_file:
         predictions = f"{Path(config.test_file or 'test').stem}.tsv"  # beside the run: test_predictions_stepN_NAME.tsv
         task = dataclasses.replace(task, submission_files={"test": predictions}, server_wants_names=True)
@@ -43,12 +50,22 @@ def glue_task_of(config, names: tuple[str, ...] = ()) -> glue_tasks.GlueTask:
 
 
 def labelled_file(config, split: str) -> Path:
-    """classify's own file of a split (train-file, validation-file, test-file)."""
+    """The user's own file of a split (train-file, validation-file, test-file)."""
     path = {"train": config.train_file, "validation": config.validation_file, "test": config.test_file}[split]
     if not path:
-        raise UserError("--test needs test-file: task-type = classify reads its examples from train-file, "
-                        "validation-file and test-file")
+        raise UserError(f"--test needs test-file: task-type = {config.task_type} reads its examples from "
+                        f"train-file, validation-file and test-file")
     return Path(path)
+
+
+def text_columns(config) -> tuple[tuple[str, ...], ...]:
+    """The columns a user's file holds its texts in: each the one its key names, else the first of
+    glue_data's candidates the file has."""
+    if config.task_type == "classify":
+        return ((config.text_column,),) if config.text_column else glue_data.TEXT_COLUMNS
+    first, second = glue_data.PAIR_COLUMNS
+    return ((config.text_column,) if config.text_column else first,
+            (config.text_pair_column,) if config.text_pair_column else second)
 
 
 @dataclass
@@ -128,16 +145,16 @@ class ClassificationTask(FineTuningTask):
     sentences of transfer-data, which have no label of their own: a small model learns a large
     one's task from unlabelled text of the task's kind."""
     # examples are cut to seq-len; the teacher and the transfer sentences make the training loss;
-    # classify's own files and their columns are its data, `labels` what its classes mean
+    # classify(_pair)'s own files and their columns are its data, `labels` what its classes mean
     measuring_keys = ("seq_len", "dataset_percentage", "val_dataset_percentage", "teacher", "transfer_data",
-                      "train_file", "validation_file", "text_column", "label_column", "labels")
+                      "train_file", "validation_file", "text_column", "text_pair_column", "label_column", "labels")
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         super().__init__(config, vocab, device, rank, world_size)
         self.last_layer_share = pooled_share(config)
         self.glue_task = glue_task_of(config)
-        # classify's classes have names where the user gave them (labels) or its own files name them
-        self.named = config.task_type == "classify" and bool(config.given_labels or config.train_file)
+        # classify(_pair)'s classes have names where the user gave them (labels) or its own files name them
+        self.named = config.task_type in USER_CLASS_TASKS and bool(config.given_labels or config.train_file)
         self.names_from_data = bool(self.named and not config.given_labels)  # until a checkpoint's are taken
         self.whose = "the training file's"  # whose names the data is read against, for messages
         if config.given_labels:
@@ -158,14 +175,14 @@ class ClassificationTask(FineTuningTask):
         return {"train": ("train",), "val": self.glue_task.dev_splits, "test": self.glue_task.test_splits}[split]
 
     def use_names(self, names: tuple[str, ...], whose: str):
-        """classify's classes from now on: `names`, in the model's order (num-labels, where given, agrees)."""
+        """classify(_pair)'s classes from now on: `names`, in the model's order (num-labels, where given, agrees)."""
         if "num_labels" in self.config.given and self.config.num_labels != len(names):
             raise UserError(f"num-labels = {self.config.num_labels}, but {whose} labels are {len(names)}: "
                             f"{', '.join(names[:12])}{', ...' if len(names) > 12 else ''}")
         self.glue_task, self.whose = glue_task_of(self.config, names), whose
 
     def take_checkpoint_labels(self, names: tuple[str, ...], kept: bool):
-        """classify's own files are read against a checkpoint's class names, label by name: always where
+        """classify(_pair)'s own files are read against a checkpoint's class names, label by name: always where
         its model is kept (resumed, scored); in a new run from its weights where they cover the training
         file's labels, so its head goes on. Names given by `labels` stay (another set: a new head)."""
         if not (names and self.named and not self.config.given_labels):
@@ -178,11 +195,11 @@ class ClassificationTask(FineTuningTask):
         self.use_names(names, "the checkpoint's")
 
     def read_examples(self, split: str, name: str) -> glue_data.Examples:
-        """A part's examples: from glue-dir's layout, or classify's own file, whose training file names
+        """A part's examples: from glue-dir's layout, or the user's own file, whose training file names
         the classes unless they have names already (labels, a checkpoint)."""
         if not self.config.train_file:
             return glue_data.read_split(self.config.glue_path, self.glue_task, name)
-        rows = glue_data.read_labelled_rows(labelled_file(self.config, name), self.config.text_column,
+        rows = glue_data.read_labelled_rows(labelled_file(self.config, name), text_columns(self.config),
                                             self.config.label_column, needs_labels=split != "test")
         if split == "train" and self.names_from_data:
             self.use_names(glue_data.ordered_names(rows.labels), "the training file's")

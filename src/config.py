@@ -10,7 +10,7 @@ from typing import Any, Callable, NamedTuple, get_args
 
 from errors import UserError
 from architecture import (ANSWERS, CLASSIFICATION, EMBEDDING, FEED_FORWARDS, NORMS, POOLINGS, POSITIONS, ROPE_THETA,
-                          TASK_KINDS, TOKENS, ModelConfig, attention_shape_problem, tasks_of)
+                          TASK_KINDS, TOKENS, USER_CLASS_TASKS, ModelConfig, attention_shape_problem, tasks_of)
 from run_plan import GRAMMARS, Curriculum, Duration, MaskRate, Schedule, Target
 
 
@@ -46,7 +46,7 @@ CLASSIFICATION_TASKS = tasks_of(CLASSIFICATION)
 FINE_TUNING_TASKS = tasks_of(CLASSIFICATION, TOKENS, ANSWERS, EMBEDDING)
 SENTENCE_TASKS = tuple(name for name, kind in TASK_KINDS.items() if kind.single_text)  # one text per example
 TAUGHT_TASKS = tuple(name for name, kind in TASK_KINDS.items() if kind.taught)  # the tasks that take a teacher
-LABELLED_FILE_KEYS = ("train_file", "validation_file", "test_file")  # classify on your own files
+LABELLED_FILE_KEYS = ("train_file", "validation_file", "test_file")  # classify(_pair) on your own files
 SENTENCE_OBJECTIVES = ("none", "nsp", "sop")  # the names a shard's pairs are labelled for too (shards.PAIRS)
 
 
@@ -85,6 +85,25 @@ def mask_rate_problem(values: dict) -> str | None:
     return None
 
 
+def own_files_problem(values: dict) -> str | None:
+    """classify and classify_pair read the user's files: train-file and validation-file together; the
+    other file keys and the columns only with them (a GLUE task reads glue-dir's layout)."""
+    given = [name for name in (*LABELLED_FILE_KEYS, "text_column", "text_pair_column") if values[name]]
+    given += ["label_column"] if values["label_column"] != "label" else []
+    if not given:
+        return None
+    if values["task_type"] not in USER_CLASS_TASKS:
+        return (f"{INI_KEYS[given[0]]} goes with task-type = classify or classify_pair, not {values['task_type']} "
+                f"(a GLUE task reads glue-dir's layout)")
+    if bool(values["train_file"]) != bool(values["validation_file"]):
+        return "train-file and validation-file go together: a run trains on one and scores on the other"
+    if not values["train_file"]:
+        return f"{INI_KEYS[given[0]]} goes with train-file"
+    if values["text_pair_column"] and values["task_type"] != "classify_pair":
+        return f"text-pair-column goes with task-type = classify_pair, not {values['task_type']}"
+    return None
+
+
 def warms_up(values: dict) -> bool:
     """Whether warmup-iters applies: every schedule but one-cycle, whose rise is its warmup."""
     return values["lr_scheduler"].name != "one-cycle"
@@ -114,13 +133,7 @@ CROSS_FIELD_RULES = (
     f"transfer-data = {v['transfer_data']} goes with a teacher and a task of single texts "
     f"({', '.join(SENTENCE_TASKS)}, embed), not task-type = {v['task_type']}"
     + ("" if v["teacher"] else " without one"),
-    lambda v: None if not any(v[name] for name in LABELLED_FILE_KEYS) or v["task_type"] == "classify" else
-    f"{INI_KEYS[next(name for name in LABELLED_FILE_KEYS if v[name])]} goes with task-type = classify, "
-    f"not {v['task_type']} (a GLUE task reads glue-dir's layout)",
-    lambda v: None if bool(v["train_file"]) == bool(v["validation_file"]) else
-    "train-file and validation-file go together: a run trains on one and scores on the other",
-    lambda v: None if v["train_file"] or not (v["test_file"] or v["text_column"] or v["label_column"] != "label") else
-    f"{'test-file' if v['test_file'] else 'text-column' if v['text_column'] else 'label-column'} goes with train-file",
+    own_files_problem,
     curriculum_problem,
     mask_rate_problem,
     lambda v: None if not v["batch_ramp"] or v["grad_accum_steps"] > 1 else
@@ -159,23 +172,27 @@ class Config:
     """Every setting of a run, grouped as config.ini.example groups them. INI keys are the field
     names with '-' for '_'; config.ini.example says more about each."""
     task_type: str = key("mlm", "mlm, clm, electra, distill (from a teacher): pre-training; a GLUE task (cola, "
-                         "sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli), classify, ner (a tag per word), squad or "
-                         "squad_v2 (answers from a context), embed (sentence embeddings): fine-tuning",
+                         "sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli), classify or classify_pair (your own "
+                         "classes of a text or a pair), ner (a tag per word), squad or squad_v2 (answers from a "
+                         "context), embed (sentence embeddings): fine-tuning",
                          one_of(*TASK_TYPES), group="Task")
     sentence_objective: str = key("none", "mlm only: none, nsp (next sentence) or sop (sentence order)",
                                   one_of(*SENTENCE_OBJECTIVES))
-    num_labels: int = key(2, "classify: its classes (a GLUE task has its own)", at_least(2))
+    num_labels: int = key(2, "classify, classify_pair: their classes (a GLUE task has its own)", at_least(2))
     tag_column: str = key("ner_tags", "ner: the tags' parquet column; in CoNLL text ner_tags is the last column, "
                           "pos_tags the 2nd, chunk_tags the 3rd, or a column number", Rule(bool, "a column"))
-    labels: str = key("", "ner: the tag names in the ids' order; classify: the class names in the ids' order; "
+    labels: str = key("", "ner: the tag names in the ids' order; classify(_pair): the class names in the ids' order; "
                       "comma-separated; empty: from the data")
-    train_file: str = key("", "classify: your own training examples, a .csv, .tsv, .jsonl or .parquet file with a "
-                          "text and a label column (with validation-file; in place of glue-dir's layout)")
-    validation_file: str = key("", "classify: the examples each validation scores (best.pt goes by them)")
-    test_file: str = key("", "classify: the examples --test scores; without their label column, --test writes "
+    train_file: str = key("", "classify(_pair): your own training examples, a .csv, .tsv, .jsonl or .parquet file "
+                          "with a text (two) and a label column (with validation-file; in place of glue-dir's layout)")
+    validation_file: str = key("", "classify(_pair): the examples each validation scores (best.pt goes by them)")
+    test_file: str = key("", "classify(_pair): the examples --test scores; without their label column, --test writes "
                          "each one's predicted label")
-    text_column: str = key("", "classify, with train-file: the text's column; empty: text, else sentence")
-    label_column: str = key("label", "classify, with train-file: the label's column (names or numbers)",
+    text_column: str = key("", "classify, with train-file: the text's column; empty: text, else sentence "
+                           "(classify_pair: the first text's; empty: text, else sentence1)")
+    text_pair_column: str = key("", "classify_pair, with train-file: the second text's column; empty: text_pair, "
+                                "else sentence2")
+    label_column: str = key("label", "classify(_pair), with train-file: the label's column (names or numbers)",
                             Rule(bool, "a column name"))
     doc_stride: int = key(32, "squad: the pieces two windows of a long context share (run_qa's 128 goes with "
                           "seq-len 384)", at_least(0))

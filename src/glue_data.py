@@ -1,6 +1,7 @@
 """GLUE's data on disk, in either layout (Hugging Face parquet, the GLUE distribution's TSV): a task's
 split found, read and checked, any bad value a one-line error naming the file, row or line, and column.
-Also `classify`'s examples from a user's own file (.csv, .tsv, .jsonl, .parquet), labels by name.
+Also `classify`'s and `classify_pair`'s examples from a user's own file (.csv, .tsv, .jsonl, .parquet),
+labels by name.
 """
 import csv
 import json
@@ -305,32 +306,39 @@ def as_number(value) -> float | None:
 # ----------------------------------------------------------------------------- your own files (classify)
 
 LABELLED_FORMATS = (".csv", ".tsv", ".jsonl", ".parquet")
-TEXT_COLUMNS = ("text", "sentence")  # text-column's default: the first of these a file has
+# Where text-column (text-pair-column) is empty, the first of these names a file has: one text, or a pair's two.
+TEXT_COLUMNS = (("text", "sentence"),)
+PAIR_COLUMNS = (("text", "sentence1"), ("text_pair", "sentence2"))
 
 
 @dataclass
 class LabelledRows:
-    """A user's file of examples: its texts, and its labels as names (None: no label column)."""
+    """A user's file of examples: its texts (a pair's second ones too), and its labels as names (None:
+    no label column)."""
     path: Path
     texts: list[str]
+    pairs: list[str] | None
     labels: list[str] | None
 
 
-def read_labelled_rows(path: Path, text_column: str, label_column: str, needs_labels: bool) -> LabelledRows:
-    """Each row's text and label; text-column empty means `text`, else `sentence`. A test file may
-    leave the label column out (needs_labels False): its labels are then hidden."""
-    columns = read_columns(path, (text_column,) if text_column else TEXT_COLUMNS)
-    text_column = text_column or next((name for name in TEXT_COLUMNS if name in columns), TEXT_COLUMNS[0])
-    for name in (text_column, label_column) if needs_labels else (text_column,):
+def read_labelled_rows(path: Path, text_columns: tuple[tuple[str, ...], ...], label_column: str,
+                       needs_labels: bool) -> LabelledRows:
+    """Each row's text (or pair of texts) and label; each text from the first of its candidate
+    columns the file has (TEXT_COLUMNS, PAIR_COLUMNS, or the one a key names). A test file may leave the
+    label column out (needs_labels False): its labels are then hidden."""
+    columns = read_columns(path, tuple(name for candidates in text_columns for name in candidates))
+    chosen = [next((name for name in candidates if name in columns), " or ".join(candidates))
+              for candidates in text_columns]
+    for name in (*chosen, label_column) if needs_labels else chosen:
         if name not in columns:
             raise UserError(f"{path}: missing column {name} (columns: {', '.join(columns) or 'none'})")
-    if not columns[text_column]:
+    if not columns[chosen[0]]:
         raise UserError(f"{path}: no examples")
-    texts = checked_texts(path, Column(text_column, columns[text_column]), row_place, allow_empty=False)
+    texts = [checked_texts(path, Column(name, columns[name]), row_place, allow_empty=False) for name in chosen]
     labels = columns.get(label_column)
     if labels is not None:
         labels = [label_text(path, label_column, row, value) for row, value in enumerate(labels)]
-    return LabelledRows(path, texts, labels)
+    return LabelledRows(path, texts[0], texts[1] if len(texts) > 1 else None, labels)
 
 
 def row_place(row: int) -> str:
@@ -413,4 +421,4 @@ def labelled_examples(rows: LabelledRows, column: str, names: tuple[str, ...], w
                 raise UserError(f"{rows.path}: row {row + 1}, column {column}: label {label!r} is not one of "
                                 f"{whose} labels ({shown})")
         labels = np.array([ids[label] for label in rows.labels], np.int64)
-    return Examples(rows.texts, None, labels, np.arange(len(rows.texts), dtype=np.int64), (rows.path,))
+    return Examples(rows.texts, rows.pairs, labels, np.arange(len(rows.texts), dtype=np.int64), (rows.path,))

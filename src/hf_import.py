@@ -11,7 +11,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 import checkpoints
-from architecture import NETWORK_FIELDS, kind_of
+from architecture import NETWORK_FIELDS, USER_CLASS_TASKS, kind_of
 from atomic import check_output_file
 from config import CLASSIFICATION_TASKS, RULES, Config
 from errors import UserError
@@ -181,11 +181,11 @@ def label_names(config: dict) -> tuple[str, ...]:
 
 
 def output_names(config: dict, task: str) -> tuple[str, ...]:
-    """What a model's outputs are named: a token classifier's tags; a classify model's classes, but
-    where they are only their numbers (as a classify model without names exports them)."""
+    """What a model's outputs are named: a token classifier's tags; a classify(_pair) model's classes,
+    but where they are only their numbers (as such a model without names exports them)."""
     if task == "ner":
         return label_names(config)
-    names = label_names(config) if task == "classify" else ()
+    names = label_names(config) if task in USER_CLASS_TASKS else ()
     return () if names == tuple(str(number) for number in range(len(names))) else names
 
 

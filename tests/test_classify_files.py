@@ -72,6 +72,11 @@ def fine_tune(cp: Path | None = None, test: bool = False, switch_training: bool 
 
 # ------------------------------------------------------------------------------ reading the files
 
+def read_rows(path: Path, needs_labels: bool = True) -> glue_data.LabelledRows:
+    """A one-text file's rows, its text in `text` or `sentence`, its label in `label`."""
+    return glue_data.read_labelled_rows(path, glue_data.TEXT_COLUMNS, "label", needs_labels)
+
+
 def test_each_format_gives_the_same_examples(tmp_path, examples):
     rows = examples[:40] + [("42", "positive"), ('a "quoted" word, and a comma', "negative")]
     write_csv(tmp_path / "a.csv", rows)
@@ -80,13 +85,13 @@ def test_each_format_gives_the_same_examples(tmp_path, examples):
     pq.write_table(pa.table({"text": [text for text, _ in rows], "label": [label for _, label in rows]}),
                    tmp_path / "a.parquet")
     for suffix in ("csv", "tsv", "jsonl", "parquet"):
-        read = glue_data.read_labelled_rows(tmp_path / f"a.{suffix}", "", "label", needs_labels=True)
+        read = read_rows(tmp_path / f"a.{suffix}")
         assert read.texts == [text for text, _ in rows] and read.labels == [label for _, label in rows], suffix
 
 
 def test_labels_are_names_and_numbers_are_their_digits(tmp_path):
     write_jsonl(tmp_path / "n.jsonl", [("one", 1), ("two", 2.0), ("ten", 10), ("three", " 3 ")])
-    read = glue_data.read_labelled_rows(tmp_path / "n.jsonl", "", "label", needs_labels=True)
+    read = read_rows(tmp_path / "n.jsonl")
     assert read.labels == ["1", "2", "10", "3"]
     assert glue_data.ordered_names(read.labels) == ("1", "2", "3", "10")  # as numbers where all are
     assert glue_data.ordered_names(["b", "10", "a", "2"]) == ("10", "2", "a", "b")
@@ -96,9 +101,9 @@ def test_labels_are_names_and_numbers_are_their_digits(tmp_path):
 
 def test_the_text_column_is_text_else_sentence_or_as_named(tmp_path):
     write_csv(tmp_path / "s.csv", [("a film", "1")], header=("sentence", "label"))
-    assert glue_data.read_labelled_rows(tmp_path / "s.csv", "", "label", True).texts == ["a film"]
+    assert read_rows(tmp_path / "s.csv").texts == ["a film"]
     write_csv(tmp_path / "r.csv", [("a film", "x", "good")], header=("review", "text", "mood"))
-    read = glue_data.read_labelled_rows(tmp_path / "r.csv", "review", "mood", True)
+    read = glue_data.read_labelled_rows(tmp_path / "r.csv", (("review",),), "mood", True)
     assert read.texts == ["a film"] and read.labels == ["good"]
 
 
@@ -106,12 +111,12 @@ def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path):
     (tmp_path / "b.csv").write_bytes("\ufefftext,label\nfine,1\n".encode("utf-8"))
     (tmp_path / "b.jsonl").write_bytes('\ufeff{"text": "fine", "label": 1}\n'.encode("utf-8"))
     for name in ("b.csv", "b.jsonl"):
-        assert glue_data.read_labelled_rows(tmp_path / name, "", "label", True).texts == ["fine"]
+        assert read_rows(tmp_path / name).texts == ["fine"]
 
 
 def test_a_test_file_may_leave_its_labels_out(tmp_path):
     (tmp_path / "t.tsv").write_text("text\nfine\ndull\n")
-    read = glue_data.read_labelled_rows(tmp_path / "t.tsv", "", "label", needs_labels=False)
+    read = read_rows(tmp_path / "t.tsv", needs_labels=False)
     assert read.labels is None
     examples = glue_data.labelled_examples(read, "label", ("a", "b"), "the training file's")
     assert examples.labels_hidden and examples.first == ["fine", "dull"]
@@ -133,14 +138,14 @@ def test_a_test_file_may_leave_its_labels_out(tmp_path):
 def test_a_bad_file_is_one_line_naming_it(tmp_path, name, content, expected):
     (tmp_path / name).write_text(content)
     with pytest.raises(UserError) as error:
-        glue_data.read_labelled_rows(tmp_path / name, "", "label", needs_labels=True)
+        read_rows(tmp_path / name)
     assert str(error.value).startswith(f"{tmp_path / name}: " + expected.split(": ", 1)[1]), str(error.value)
     assert "\n" not in str(error.value)
 
 
 def test_a_label_the_model_lacks_names_the_row_and_whose_labels(tmp_path):
     write_csv(tmp_path / "d.csv", [("fine", "positive"), ("meh", "neutral")])
-    read = glue_data.read_labelled_rows(tmp_path / "d.csv", "", "label", True)
+    read = read_rows(tmp_path / "d.csv")
     with pytest.raises(UserError, match=r"d.csv: row 2, column label: label 'neutral' is not one of the "
                                         r"checkpoint's labels \(negative, positive\)$"):
         glue_data.labelled_examples(read, "label", ("negative", "positive"), "the checkpoint's")
@@ -148,7 +153,7 @@ def test_a_label_the_model_lacks_names_the_row_and_whose_labels(tmp_path):
 
 @pytest.mark.parametrize("settings, expected", [
     ({"task_type": "sst2", "train_file": "a.csv", "validation_file": "b.csv"},
-     "train-file goes with task-type = classify, not sst2 (a GLUE task reads glue-dir's layout)"),
+     "train-file goes with task-type = classify or classify_pair, not sst2 (a GLUE task reads glue-dir's layout)"),
     ({"task_type": "classify", "train_file": "a.csv"},
      "train-file and validation-file go together: a run trains on one and scores on the other"),
     ({"task_type": "classify", "test_file": "t.csv"}, "test-file goes with train-file"),
@@ -236,7 +241,7 @@ def test_numbered_labels_read_as_the_sst2_layout_reads_them(workdir, rotten_toma
     write_csv(workdir / "numbers.csv", rows)
     pq.write_table(pa.table({"sentence": [text for text, _ in rows], "label": [label for _, label in rows]}),
                    workdir / "train-00000-of-00001.parquet")
-    from_file = glue_data.labelled_examples(glue_data.read_labelled_rows(workdir / "numbers.csv", "", "label", True),
+    from_file = glue_data.labelled_examples(read_rows(workdir / "numbers.csv"),
                                             "label", ("0", "1"), "the training file's")
     from_layout = glue_data.read_split(workdir, "sst2", "train")
     assert from_file.first == from_layout.first and np.array_equal(from_file.labels, from_layout.labels)
@@ -286,3 +291,53 @@ def test_an_imported_classifier_keeps_names_but_not_bare_numbers():
     assert hf_import.output_names({"id2label": {"1": "1", "0": "0"}}, "classify") == ()
     assert hf_import.output_names({"id2label": {"0": "0", "1": "1"}}, "ner") == ("0", "1")
     assert hf_import.output_names({"id2label": {"0": "neg", "1": "pos"}}, "sst2") == ()
+
+
+# ------------------------------------------------------------------------------ pairs of texts
+
+def test_a_pair_file_reads_both_texts_by_either_name(tmp_path):
+    rows = [("a film", "the same film", "same"), ("a film", "a storm", "different")]
+    write_csv(tmp_path / "glue.csv", rows, header=("sentence1", "sentence2", "label"))
+    write_jsonl(tmp_path / "hf.jsonl", rows, keys=("text", "text_pair", "label"))
+    write_csv(tmp_path / "own.csv", rows, header=("query", "passage", "relevant"))
+    for path, columns, label in ((tmp_path / "glue.csv", glue_data.PAIR_COLUMNS, "label"),
+                                 (tmp_path / "hf.jsonl", glue_data.PAIR_COLUMNS, "label"),
+                                 (tmp_path / "own.csv", (("query",), ("passage",)), "relevant")):
+        read = glue_data.read_labelled_rows(path, columns, label, needs_labels=True)
+        assert read.texts == ["a film", "a film"] and read.pairs == ["the same film", "a storm"], path
+        assert glue_data.labelled_examples(read, label, ("different", "same"), "").second == read.pairs
+    with pytest.raises(UserError, match=r"own.csv: missing column text_pair or sentence2 \(columns: query, passage, "
+                                        r"relevant\)$"):
+        glue_data.read_labelled_rows(tmp_path / "own.csv", (("query",), ("text_pair", "sentence2")), "relevant", True)
+
+
+def test_a_pair_column_goes_with_classify_pair():
+    with pytest.raises(UserError) as error:
+        Config(task_type="classify", train_file="a.csv", validation_file="b.csv", text_pair_column="passage")
+    assert str(error.value) == "config: text-pair-column goes with task-type = classify_pair, not classify"
+
+
+def test_classify_pair_trains_on_pairs_and_classify_py_labels_pairs(workdir, examples, capsys, tmp_path):
+    def pairs(rows):  # even rows: a sentence and its own start; odd ones: another sentence's start
+        return [(text, " ".join((text if i % 2 == 0 else rows[(i + 7) % len(rows)][0]).split()[:5]),
+                 "same" if i % 2 == 0 else "different") for i, (text, _) in enumerate(rows)]
+    write_csv(workdir / "pairs.csv", pairs(examples[:160]), header=("sentence1", "sentence2", "label"))
+    write_jsonl(workdir / "pairs.jsonl", pairs(examples[160:]), keys=("text", "text_pair", "label"))
+    run_dir = fine_tune(task_type="classify_pair", train_file="pairs.csv", validation_file="pairs.jsonl",
+                        test_file="pairs.jsonl")
+    best = run_dir / "checkpoints" / "best.pt"
+    assert checkpoints.load(best)["model_config"]["label_names"] == ("different", "same")
+    assert "val examples 40" in (run_dir / "logs" / "log.txt").read_text()
+    metrics = fine_tune(cp=best, test=True, task_type="classify_pair", train_file="pairs.csv",
+                        validation_file="pairs.jsonl", test_file="pairs.jsonl")
+    assert metrics["test_examples"] == 40
+    capsys.readouterr()
+    classify.main(["--cp", str(best), "a fine film ||| a fine film", "a fine film ||| a storm at sea"])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and all(line.split("\t")[0] in ("different", "same") for line in lines)
+    line = one_error_line(capsys, lambda: classify.main(["--cp", str(best), "a fine film"]))
+    assert "a classify_pair checkpoint labels sentence pairs" in line
+    export_hf.main(["--cp", str(best), "-o", str(tmp_path / "hf")])
+    import_hf.main(["-i", str(tmp_path / "hf"), "-o", str(tmp_path / "back.pt")])
+    back = checkpoints.load(tmp_path / "back.pt")
+    assert back["task"] == "classify_pair" and back["model_config"]["label_names"] == ("different", "same")
