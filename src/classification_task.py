@@ -286,6 +286,8 @@ class ClassificationTask(FineTuningTask):
         metrics = glue_metrics.task_metrics(self.glue_task, labels, predictions)
         if not self.glue_task.is_regression:
             metrics.setdefault("accuracy", glue_metrics.accuracy(labels, predictions))
+        if self.glue_task.name in USER_CLASS_TASKS:  # the user's classes may be far from balanced
+            metrics["f1_macro"] = glue_metrics.macro_f1(labels, predictions)
         if len(self.glue_task.metrics) > 1:
             metrics["score"] = glue_metrics.task_score(self.glue_task, metrics)
         return metrics

@@ -1,5 +1,5 @@
-"""GLUE's metrics (accuracy, F1, Matthews, Pearson, Spearman), each task's score, and the two averages
-the field reports: the leaderboard's and the BERT paper's (Cramming's)."""
+"""GLUE's metrics (accuracy, F1, Matthews, Pearson, Spearman; macro-F1 for your own classes), each task's
+score, and the two averages the field reports: the leaderboard's and the BERT paper's (Cramming's)."""
 import math
 
 import numpy as np
@@ -17,6 +17,17 @@ def f1_score(labels: np.ndarray, predictions: np.ndarray) -> float:
     true_positives = int(np.sum(labels & predictions))
     wrong = int(np.sum(labels != predictions))
     return 2 * true_positives / (2 * true_positives + wrong) if true_positives else 0.0
+
+
+def macro_f1(labels: np.ndarray, predictions: np.ndarray) -> float:
+    """The mean of each class's F1, every class in the labels or the predictions weighed alike however
+    rare (scikit-learn's f1_score(average="macro")): what accuracy hides on imbalanced classes."""
+    labels, predictions = np.asarray(labels, np.int64), np.asarray(predictions, np.int64)
+    scores = []
+    for label in np.union1d(labels, predictions):
+        true, predicted = labels == label, predictions == label
+        scores.append(2 * int(np.sum(true & predicted)) / (int(true.sum()) + int(predicted.sum())))
+    return float(np.mean(scores))
 
 
 def matthews_correlation(labels: np.ndarray, predictions: np.ndarray) -> float:

@@ -527,7 +527,7 @@ def test_classify_task_takes_num_labels_classes_named_by_number(glue_workdir, se
     for split in ("train", "validation"):
         pq.write_table(table, glue_workdir / "datasets" / f"{split}-00000-of-00001.parquet")
     run_dir = fine_tune("classify", num_labels=3, max_iters=2, lr_decay_iters=2, val_interval=2)
-    assert set(validations(run_dir)[0]) == {"step", "loss", "accuracy", "examples"}
+    assert set(validations(run_dir)[0]) == {"step", "loss", "accuracy", "f1_macro", "examples"}
     assert len(shown_predictions(run_dir, "[012]")) == 4
     capsys.readouterr()  # the run's log
     classify.main(["--cp", str(run_dir / "checkpoints" / "best.pt"), texts[0]])

@@ -186,6 +186,7 @@ def test_a_run_names_its_classes_and_every_output_keeps_them(workdir, capsys, tm
     metrics = fine_tune(cp=run_dir / "checkpoints" / "best.pt", test=True, test_file="test.csv")
     validation = [line for line in log.splitlines() if line.startswith("step 4 | val")][0]
     assert f"val accuracy {metrics['test_accuracy']:.4f}" in validation  # the same examples, the same score
+    assert f"val f1_macro {metrics['test_f1_macro']:.4f}" in validation and 0 <= metrics["test_f1_macro"] <= 1
 
     best = str(run_dir / "checkpoints" / "best.pt")
     Path("config.ini").write_text(Path("config.ini").read_text().replace("test-file = test.csv\n", ""))

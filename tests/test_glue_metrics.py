@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from scipy.stats import pearsonr, spearmanr
 
-from glue_metrics import (accuracy, cramming_average, f1_score, leaderboard_average, matthews_correlation, pearson,
-                          spearman, task_metrics, task_score)
+from glue_metrics import (accuracy, cramming_average, f1_score, leaderboard_average, macro_f1, matthews_correlation,
+                          pearson, spearman, task_metrics, task_score)
 from glue_tasks import TASKS
 
 
@@ -42,6 +42,17 @@ def test_matthews_f1_and_accuracy_by_hand():
     assert f1_score([1, 1, 1, 0, 0], [1, 1, 0, 1, 0]) == pytest.approx(2 / 3)
     assert f1_score([1, 0], [0, 0]) == 0.0
     assert accuracy([1, 1, 1, 0, 0], [1, 1, 0, 1, 0]) == pytest.approx(0.6)
+
+
+def test_macro_f1_weighs_every_class_alike_by_hand():
+    # class 0: 1 hit of 2 true, 2 predicted: F1 2/4; class 1: 1 of 1 and 2: 2/3; class 2: 2 of 3 and 2: 4/5
+    assert macro_f1([0, 0, 1, 2, 2, 2], [0, 1, 1, 2, 2, 0]) == pytest.approx((1 / 2 + 2 / 3 + 4 / 5) / 3)
+    # a rare class missed: accuracy 0.9, macro-F1 the mean of 18/19 and 0 (a class never true but predicted: 0)
+    labels, predictions = [0] * 9 + [1], [0] * 10
+    assert accuracy(labels, predictions) == pytest.approx(0.9)
+    assert macro_f1(labels, predictions) == pytest.approx((18 / 19 + 0) / 2)
+    assert macro_f1([0, 0], [0, 2]) == pytest.approx((2 / 3 + 0) / 2)
+    assert macro_f1([1, 0, 2], [1, 0, 2]) == 1.0 and type(macro_f1([1], [1])) is float
 
 
 def test_a_task_with_two_metrics_scores_their_mean():
