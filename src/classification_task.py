@@ -165,6 +165,7 @@ class ClassificationTask(FineTuningTask):
         if config.teacher:
             self.teacher = load_classifier_teacher(Path(config.teacher), vocab, config.seq_len, self.num_labels,
                                                    device)
+            self.check_teacher_classes()
 
     @property
     def num_labels(self) -> int:
@@ -180,6 +181,15 @@ class ClassificationTask(FineTuningTask):
             raise UserError(f"num-labels = {self.config.num_labels}, but {whose} labels are {len(names)}: "
                             f"{', '.join(names[:12])}{', ...' if len(names) > 12 else ''}")
         self.glue_task, self.whose = glue_task_of(self.config, names), whose
+        if getattr(self, "teacher", None) is not None:  # a checkpoint's names, taken after the teacher came
+            self.check_teacher_classes()
+
+    def check_teacher_classes(self):
+        """A teacher with named classes names this run's, in its order: its logit i teaches class i."""
+        names, taught = tuple(self.teacher.config.label_names), self.glue_task.label_names
+        if self.named and names and names != taught:
+            raise UserError(f"teacher = {self.config.teacher}: its classes are {', '.join(names)}; this run's are "
+                            f"{', '.join(taught)} (the same, in the same order)")
 
     def take_checkpoint_labels(self, names: tuple[str, ...], kept: bool):
         """classify(_pair)'s own files are read against a checkpoint's class names, label by name: always where

@@ -342,3 +342,16 @@ def test_classify_pair_trains_on_pairs_and_classify_py_labels_pairs(workdir, exa
     import_hf.main(["-i", str(tmp_path / "hf"), "-o", str(tmp_path / "back.pt")])
     back = checkpoints.load(tmp_path / "back.pt")
     assert back["task"] == "classify_pair" and back["model_config"]["label_names"] == ("different", "same")
+
+
+def test_a_teacher_of_named_classes_teaches_them_in_its_order(workdir, capsys):
+    """A student learns the teacher's logit i as its class i: their names must agree, order too."""
+    teacher = fine_tune(run_id="teacher") / "checkpoints" / "best.pt"
+    student = fine_tune(run_id="student", teacher=str(teacher), max_iters=2, lr_decay_iters=2, val_interval=2)
+    assert checkpoints.load(student / "checkpoints" / "best.pt")["model_config"]["label_names"] == (
+        "mixed", "negative", "positive")
+    config = write_config(teacher=str(teacher), labels="positive,negative,mixed", run_id="refused")
+    line = one_error_line(capsys, lambda: main.main(["--config", str(config)]))
+    assert line == (f"error: teacher = {teacher}: its classes are mixed, negative, positive; this run's are "
+                    f"positive, negative, mixed (the same, in the same order)")
+    assert not (workdir / "runs" / "refused").exists()
