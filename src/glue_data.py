@@ -395,7 +395,7 @@ def label_text(path: Path, column: str, row: int, value) -> str:
         return value.strip()
     number = as_integer(value)
     if number is None:
-        raise UserError(f"{path}: row {row + 1}, column {column}: expected a label (a name or an integer), "
+        raise UserError(f"{path}: {row_place(row)}, column {column}: expected a label (a name or an integer), "
                         f"found {value!r}")
     return str(number)
 
@@ -418,7 +418,7 @@ def labelled_examples(rows: LabelledRows, column: str, names: tuple[str, ...], w
         for row, label in enumerate(rows.labels):
             if label not in ids:
                 shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
-                raise UserError(f"{rows.path}: row {row + 1}, column {column}: label {label!r} is not one of "
+                raise UserError(f"{rows.path}: {row_place(row)}, column {column}: label {label!r} is not one of "
                                 f"{whose} labels ({shown})")
         labels = np.array([ids[label] for label in rows.labels], np.int64)
     return Examples(rows.texts, rows.pairs, labels, np.arange(len(rows.texts), dtype=np.int64), (rows.path,))
