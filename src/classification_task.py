@@ -157,11 +157,11 @@ class ClassificationTask(FineTuningTask):
         self.named = config.task_type in USER_CLASS_TASKS and bool(config.given_labels or config.train_file)
         self.names_from_data = bool(self.named and not config.given_labels)  # until a checkpoint's are taken
         self.whose = "the training file's"  # whose names the data is read against, for messages
+        self.teacher = None  # loaded once the training split has named the classes
         if config.given_labels:
             self.use_names(config.given_labels, "the config's")
         self.best_metric = self.glue_task.metrics[0] if len(self.glue_task.metrics) == 1 else "score"
         self.split("train")  # fail early on a missing train split
-        self.teacher = None
         if config.teacher:
             self.teacher = load_classifier_teacher(Path(config.teacher), vocab, config.seq_len, self.num_labels,
                                                    device)
@@ -181,7 +181,7 @@ class ClassificationTask(FineTuningTask):
             raise UserError(f"num-labels = {self.config.num_labels}, but {whose} labels are {len(names)}: "
                             f"{', '.join(names[:12])}{', ...' if len(names) > 12 else ''}")
         self.glue_task, self.whose = glue_task_of(self.config, names), whose
-        if getattr(self, "teacher", None) is not None:  # a checkpoint's names, taken after the teacher came
+        if self.teacher is not None:  # a checkpoint's names, taken after the teacher came
             self.check_teacher_classes()
 
     def check_teacher_classes(self):
