@@ -134,7 +134,7 @@ def main(argv=None):
     task = checkpoint["task"]
     first, second = split_pairs(texts, task)
     seq_len = trained_seq_len(checkpoint, model)
-    names = model.config.label_names or glue_tasks.label_names(task, model.config.num_labels)
+    names = glue_tasks.label_names(task, model.config.num_labels, model.config.label_names)
     results = classify(model, vocab, first, second, seq_len, progress=True)
     print_lines(f"{value:.3f}\t{text}" if model.config.num_labels == 1 else f"{names[label]}\t{value:.3f}\t{text}"
                 for text, (label, value) in zip(texts, results))

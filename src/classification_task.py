@@ -36,7 +36,7 @@ def glue_task_of(config, names: tuple[str, ...] = ()) -> glue_tasks.GlueTask:
     prediction's name."""
     if config.task_type not in USER_CLASS_TASKS:
         return glue_tasks.TASKS[config.task_type]
-    names = names or config.given_labels or tuple(str(label) for label in range(config.num_labels))
+    names = names or config.given_labels or glue_tasks.label_names(config.task_type, config.num_labels)
     if config.task_type == "classify":
         task = dataclasses.replace(glue_tasks.TASKS["sst2"], name="classify", label_names=names)
     else:

@@ -154,9 +154,12 @@ def write_submission(directory: Path, task: GlueTask, split: str, predictions: n
     return path
 
 
-def label_names(task: str, num_labels: int) -> tuple[str, ...]:
-    """What class i of a task's classifier means: GLUE's label names, STS-B's one "similarity"
-    score, or the class numbers of `classify`."""
+def label_names(task: str, num_labels: int, own: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """What class i of a task's classifier means: the model's own names where it has them (classes
+    named by the user's data, NER's tags), else GLUE's label names, STS-B's one "similarity" score,
+    or the class numbers of `classify` and `classify_pair`."""
+    if own:
+        return tuple(own)
     if task in TASKS:
         return TASKS[task].label_names or ("similarity",)
     return tuple(str(label) for label in range(num_labels))

@@ -124,7 +124,7 @@ def hf_config(checkpoint: dict) -> dict:
         config["finetuning_task"] = checkpoint["task"]
     if checkpoint["task"] in CLASSIFICATION_TASKS or checkpoint["model_config"]["label_names"]:
         saved = checkpoint["model_config"]
-        names = saved["label_names"] or label_names(checkpoint["task"], saved["num_labels"])
+        names = label_names(checkpoint["task"], saved["num_labels"], saved["label_names"])
         config["id2label"] = {str(index): name for index, name in enumerate(names)}
         config["label2id"] = {name: index for index, name in enumerate(names)}
         if len(names) == 1:

@@ -11,6 +11,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 import checkpoints
+import glue_tasks
 from architecture import NETWORK_FIELDS, USER_CLASS_TASKS, kind_of
 from atomic import check_output_file
 from config import CLASSIFICATION_TASKS, RULES, Config
@@ -186,7 +187,7 @@ def output_names(config: dict, task: str) -> tuple[str, ...]:
     if task == "ner":
         return label_names(config)
     names = label_names(config) if task in USER_CLASS_TASKS else ()
-    return () if names == tuple(str(number) for number in range(len(names))) else names
+    return () if names == glue_tasks.label_names(task, len(names)) else names
 
 
 def check_size(path: Path, config: dict, architecture: ModelConfig, memory_limit: float | None):
