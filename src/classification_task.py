@@ -1,7 +1,8 @@
 """Fine-tuning on a sentence or a sentence pair (task.Task): every GLUE task (glue_tasks.py has the
 table, glue_data.py the readers of both layouts, pair_encoding.py the inputs, glue_metrics.py the
 metrics), and `classify` and `classify_pair`, any classification of one text or of a pair: the user's
-own files (train-file, labels by name) or SST-2's and RTE's layouts with num-labels classes.
+own files (train-file, labels by name, or a score to predict with num-labels = 1) or SST-2's and RTE's
+layouts with num-labels classes.
 
 Batches are padded to their own longest example (batching.pad_multiple's rounding), not to seq-len:
 SST-2 sentences average about 10 words, so most of a 128-wide batch would be padding. With
@@ -43,6 +44,9 @@ def glue_task_of(config, names: tuple[str, ...] = ()) -> glue_tasks.GlueTask:
         task = dataclasses.replace(glue_tasks.TASKS["rte"], name="classify_pair", tsv_folder="classify_pair",
                                    label_names=names, server_wants_names=False,
                                    submission_files={"test": "classify_pair.tsv"})
+    if config.num_labels == 1:  # one score a text, scored as STS-B is (only on the user's own files)
+        task = dataclasses.replace(task, label_names=(), metrics=glue_tasks.TASKS["stsb"].metrics,
+                                   headline_metric=glue_tasks.TASKS["stsb"].headline_metric)
     if config.train_file:
         predictions = f"{Path(config.test_file or 'test').stem}.tsv"  # beside the run: test_predictions_stepN_NAME.tsv
         task = dataclasses.replace(task, submission_files={"test": predictions}, server_wants_names=True)
@@ -94,10 +98,11 @@ def confusion_matrix(predicted: torch.Tensor, labels: torch.Tensor, classes: int
 
 def with_unlabelled(examples: glue_data.Examples, texts: list[str]) -> glue_data.Examples:
     """The examples, then the texts as examples whose label is hidden."""
-    unknown = np.full(len(texts), glue_data.HIDDEN_LABEL, dtype=examples.labels.dtype)
+    hidden = glue_data.HIDDEN_SCORE if examples.labels.dtype.kind == "f" else glue_data.HIDDEN_LABEL
+    unknown = np.full(len(texts), hidden, dtype=examples.labels.dtype)
+    no_index = np.full(len(texts), glue_data.HIDDEN_LABEL, np.int64)
     return glue_data.Examples(examples.first + texts, None, np.concatenate([examples.labels, unknown]),
-                              np.concatenate([examples.index, unknown.astype(np.int64)]), examples.files,
-                              examples.skipped_lines)
+                              np.concatenate([examples.index, no_index]), examples.files, examples.skipped_lines)
 
 
 def load_classifier_teacher(path: Path, vocab, seq_len: int, num_labels: int,
@@ -121,11 +126,16 @@ def confusion_metrics(confusion: np.ndarray) -> dict[str, float]:
     return metrics
 
 
-def regression_sums(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """[n, sum p, sum y, sum p^2, sum y^2, sum py]: enough for Pearson's correlation by addition."""
-    p, y = scores.double(), labels.double()
-    return torch.stack([torch.tensor(float(len(p)), dtype=torch.float64, device=p.device),
-                        p.sum(), y.sum(), (p * p).sum(), (y * y).sum(), (p * y).sum()])
+def known_labels(labels: torch.Tensor) -> torch.Tensor:
+    """The rows whose label is given: a class id, or a score (not NaN)."""
+    return ~torch.isnan(labels) if labels.is_floating_point() else labels != glue_data.HIDDEN_LABEL
+
+
+def regression_sums(scores: torch.Tensor, labels: torch.Tensor, known: torch.Tensor) -> torch.Tensor:
+    """[n, sum p, sum y, sum p^2, sum y^2, sum py] over the known rows: enough for Pearson's
+    correlation by addition."""
+    p, y = scores.double() * known, labels.double().nan_to_num() * known
+    return torch.stack([known.sum().double(), p.sum(), y.sum(), (p * p).sum(), (y * y).sum(), (p * y).sum()])
 
 
 def pearson_from_sums(sums: np.ndarray) -> float | None:
@@ -137,8 +147,9 @@ def pearson_from_sums(sums: np.ndarray) -> float | None:
 
 
 class ClassificationTask(FineTuningTask):
-    """A classifier (or STS-B's regressor) on BERT, examples in, labels out. best.pt goes by the
-    task's GLUE score: its metric, or the mean of its two (MRPC, QQP, STS-B).
+    """A classifier (or a regressor: STS-B's, or classify(_pair) with num-labels = 1) on BERT, examples
+    in, labels out. best.pt goes by the task's GLUE score: its metric, or the mean of its two (MRPC,
+    QQP, STS-B and regressions: Pearson's and Spearman's correlations).
 
     With a teacher (a classifier of the same task, of any size), the student also learns the
     teacher's logits by mean squared error (Tang et al. 2019), on its training examples and on the
@@ -154,7 +165,8 @@ class ClassificationTask(FineTuningTask):
         self.last_layer_share = pooled_share(config)
         self.glue_task = glue_task_of(config)
         # classify(_pair)'s classes have names where the user gave them (labels) or its own files name them
-        self.named = config.task_type in USER_CLASS_TASKS and bool(config.given_labels or config.train_file)
+        self.named = config.task_type in USER_CLASS_TASKS and bool(config.given_labels or config.train_file) \
+            and not self.glue_task.is_regression
         self.names_from_data = bool(self.named and not config.given_labels)  # until a checkpoint's are taken
         self.whose = "the training file's"  # whose names the data is read against, for messages
         self.teacher = None  # loaded once the training split has named the classes
@@ -211,9 +223,11 @@ class ClassificationTask(FineTuningTask):
             return glue_data.read_split(self.config.glue_path, self.glue_task, name)
         rows = glue_data.read_labelled_rows(labelled_file(self.config, name), text_columns(self.config),
                                             self.config.label_column, needs_labels=split != "test")
+        if self.glue_task.is_regression:
+            return glue_data.scored_examples(rows)
         if split == "train" and self.names_from_data:
-            self.use_names(glue_data.ordered_names(rows.labels), "the training file's")
-        return glue_data.labelled_examples(rows, self.config.label_column, self.glue_task.label_names, self.whose)
+            self.use_names(glue_data.ordered_names(rows.names), "the training file's")
+        return glue_data.labelled_examples(rows, self.glue_task.label_names, self.whose)
 
     def read_part(self, split: str, name: str) -> Part:
         examples = self.read_examples(split, name)
@@ -239,27 +253,28 @@ class ClassificationTask(FineTuningTask):
 
     def loss(self, model, batch: dict, generator=None, mask_rate=None):
         """Mean loss and summed statistics of the labelled examples: [count, confusion matrix...] for a
-        classifier, [count, regression_sums...] for STS-B; no host sync. With a teacher, the mean
+        classifier, [count, regression_sums...] for a regressor; no host sync. With a teacher, the mean
         squared error to its logits over every example is added."""
         logits, _ = self.outputs(model, {**batch, "labels": None})
         labels = batch["labels"]
-        known = labels != glue_data.HIDDEN_LABEL
+        known = known_labels(labels)
         loss = self.labelled_loss(logits, labels, known)
         if self.teacher is not None:
             with torch.no_grad():
                 taught, _ = self.outputs(self.teacher, {**batch, "labels": None})
             loss = loss + F.mse_loss(logits.float(), taught.float())
         if self.glue_task.is_regression:
-            sums = regression_sums(logits[:, 0], labels)
+            sums = regression_sums(logits[:, 0], labels, known)
             return loss, torch.cat([sums[:1], sums])
         confusion = confusion_matrix(logits.argmax(-1), labels, self.num_labels, known)
         return loss, torch.cat([known.sum()[None], confusion])
 
     def labelled_loss(self, logits: torch.Tensor, labels: torch.Tensor, known: torch.Tensor) -> torch.Tensor:
-        """The model's loss (cross-entropy, or STS-B's squared error) over the rows with a label."""
-        if self.glue_task.is_regression:  # every STS-B example has its score: transfer-data is for one sentence
-            return F.mse_loss(logits[:, 0].float(), labels.float())
-        each = F.cross_entropy(logits.float(), labels.clamp(min=0), reduction="none")
+        """The model's loss (cross-entropy, or a regression's squared error) over the rows with a label."""
+        if self.glue_task.is_regression:
+            each = F.mse_loss(logits[:, 0].float(), labels.float().nan_to_num(), reduction="none")
+        else:
+            each = F.cross_entropy(logits.float(), labels.clamp(min=0), reduction="none")
         return (each * known).sum() / known.sum().clamp(min=1)
 
     def metrics(self, loss: float, statistics: torch.Tensor) -> dict:
@@ -296,14 +311,14 @@ class ClassificationTask(FineTuningTask):
         metrics = glue_metrics.task_metrics(self.glue_task, labels, predictions)
         if not self.glue_task.is_regression:
             metrics.setdefault("accuracy", glue_metrics.accuracy(labels, predictions))
-        if self.glue_task.name in USER_CLASS_TASKS:  # the user's classes may be far from balanced
+        if self.glue_task.name in USER_CLASS_TASKS and not self.glue_task.is_regression:  # classes far from balanced
             metrics["f1_macro"] = glue_metrics.macro_f1(labels, predictions)
         if len(self.glue_task.metrics) > 1:
             metrics["score"] = glue_metrics.task_score(self.glue_task, metrics)
         return metrics
 
     def predicted(self, logits: torch.Tensor) -> torch.Tensor:
-        """Class ids, or STS-B's scores."""
+        """Class ids, or a regressor's scores."""
         return logits[:, 0].float() if self.glue_task.is_regression else logits.argmax(-1)
 
     def submission(self, model, split: str, autocast) -> dict[str, list[str]] | None:

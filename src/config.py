@@ -87,7 +87,14 @@ def mask_rate_problem(values: dict) -> str | None:
 
 def own_files_problem(values: dict) -> str | None:
     """classify and classify_pair read the user's files: train-file and validation-file together; the
-    other file keys and the columns only with them (a GLUE task reads glue-dir's layout)."""
+    other file keys and the columns only with them (a GLUE task reads glue-dir's layout). One score a
+    text (num-labels = 1) comes from the user's files, and has no class names."""
+    regression = values["num_labels"] == 1 and values["task_type"] in USER_CLASS_TASKS
+    if regression and values["labels"].strip():
+        return f"labels = {values['labels'].strip()} names classes, but num-labels = 1 is one score a text (regression)"
+    if regression and not values["train_file"]:
+        return ("num-labels = 1 (one score a text: regression) reads its numbers from your own files: "
+                "set train-file and validation-file")
     given = [name for name in (*LABELLED_FILE_KEYS, "text_column", "text_pair_column") if values[name]]
     given += ["label_column"] if values["label_column"] != "label" else []
     if not given:
@@ -178,7 +185,8 @@ class Config:
                          one_of(*TASK_TYPES), group="Task")
     sentence_objective: str = key("none", "mlm only: none, nsp (next sentence) or sop (sentence order)",
                                   one_of(*SENTENCE_OBJECTIVES))
-    num_labels: int = key(2, "classify, classify_pair: their classes (a GLUE task has its own)", at_least(2))
+    num_labels: int = key(2, "classify, classify_pair: their classes, or 1: a score to predict (regression, on "
+                          "train-file's numbers); a GLUE task has its own", at_least(1))
     tag_column: str = key("ner_tags", "ner: the tags' parquet column; in CoNLL text ner_tags is the last column, "
                           "pos_tags the 2nd, chunk_tags the 3rd, or a column number", Rule(bool, "a column"))
     labels: str = key("", "ner: the tag names in the ids' order; classify(_pair): the class names in the ids' order; "
@@ -254,6 +262,11 @@ class Config:
     val_iters: int = key(20, "pre-training: batches per validation (fine-tuning scores the whole dev split)",
                          at_least(1))
     test_iters: int = key(0, "batches scored by --test; 0: the whole test split", at_least(0))
+    best_metric: str = key("", "the validation metric best.pt goes by (f1_macro, accuracy, loss, spearman, ...; "
+                               "lowest for a loss or perplexity, else highest); empty: the task's own (a GLUE "
+                               "task's score, F1 for ner and squad, the loss in pre-training)",
+                           Rule(lambda value: re.fullmatch(r"[a-z0-9_@]*", value) is not None,
+                                "a validation metric's name (f1_macro, accuracy, loss), or nothing"))
     log_interval: int = key(10, "print the training loss every this many steps", at_least(1))
     mask_rate: MaskRate = key(MaskRate(0.15, 0.15), "share of the tokens picked for prediction; START:END falls "
                               "along the run, START:END@AT steps down at AT (a share of the run, or decay: where "

@@ -1,9 +1,10 @@
 """GLUE's data on disk, in either layout (Hugging Face parquet, the GLUE distribution's TSV): a task's
 split found, read and checked, any bad value a one-line error naming the file, row or line, and column.
 Also `classify`'s and `classify_pair`'s examples from a user's own file (.csv, .tsv, .jsonl, .parquet),
-labels by name.
+labels by name, or scores (num-labels = 1).
 """
 import csv
+import functools
 import json
 import math
 import re
@@ -313,12 +314,19 @@ PAIR_COLUMNS = (("text", "sentence1"), ("text_pair", "sentence2"))
 
 @dataclass
 class LabelledRows:
-    """A user's file of examples: its texts (a pair's second ones too), and its labels as names (None:
-    no label column)."""
+    """A user's file of examples: its texts (a pair's second ones too), and its label column's values
+    as read (None: no label column)."""
     path: Path
     texts: list[str]
     pairs: list[str] | None
-    labels: list[str] | None
+    column: str
+    values: list | None
+
+    @functools.cached_property
+    def names(self) -> list[str] | None:
+        """The labels as names: text as written (less surrounding spaces), an integer (1, 1.0) as its digits."""
+        return None if self.values is None else [label_text(self.path, self.column, row, value)
+                                                 for row, value in enumerate(self.values)]
 
 
 def read_labelled_rows(path: Path, text_columns: tuple[tuple[str, ...], ...], label_column: str,
@@ -335,10 +343,7 @@ def read_labelled_rows(path: Path, text_columns: tuple[tuple[str, ...], ...], la
     if not columns[chosen[0]]:
         raise UserError(f"{path}: no examples")
     texts = [checked_texts(path, Column(name, columns[name]), row_place, allow_empty=False) for name in chosen]
-    labels = columns.get(label_column)
-    if labels is not None:
-        labels = [label_text(path, label_column, row, value) for row, value in enumerate(labels)]
-    return LabelledRows(path, texts[0], texts[1] if len(texts) > 1 else None, labels)
+    return LabelledRows(path, texts[0], texts[1] if len(texts) > 1 else None, label_column, columns.get(label_column))
 
 
 def row_place(row: int) -> str:
@@ -408,17 +413,29 @@ def ordered_names(labels: list[str]) -> tuple[str, ...]:
     return tuple(sorted(distinct, key=int if numbers else None))
 
 
-def labelled_examples(rows: LabelledRows, column: str, names: tuple[str, ...], whose: str) -> Examples:
+def labelled_examples(rows: LabelledRows, names: tuple[str, ...], whose: str) -> Examples:
     """The rows as Examples, each label the index of its name; a label not among `names` is one line
     naming the file, row and label, and `whose` names they are (the training file's, the checkpoint's)."""
-    if rows.labels is None:
+    if rows.names is None:
         labels = np.full(len(rows.texts), HIDDEN_LABEL, np.int64)
     else:
         ids = {name: index for index, name in enumerate(names)}
-        for row, label in enumerate(rows.labels):
+        for row, label in enumerate(rows.names):
             if label not in ids:
                 shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
-                raise UserError(f"{rows.path}: {row_place(row)}, column {column}: label {label!r} is not one of "
-                                f"{whose} labels ({shown})")
-        labels = np.array([ids[label] for label in rows.labels], np.int64)
+                raise UserError(f"{rows.path}: {row_place(row)}, column {rows.column}: label {label!r} is not one "
+                                f"of {whose} labels ({shown})")
+        labels = np.array([ids[label] for label in rows.names], np.int64)
     return Examples(rows.texts, rows.pairs, labels, np.arange(len(rows.texts), dtype=np.int64), (rows.path,))
+
+
+def scored_examples(rows: LabelledRows) -> Examples:
+    """The rows as Examples of a regression (num-labels = 1), each label a finite number; NaN where hidden."""
+    scores = np.full(len(rows.texts), HIDDEN_SCORE, np.float32)
+    for row, value in enumerate(rows.values or ()):
+        score = as_number(value)
+        if score is None:
+            raise UserError(f"{rows.path}: {row_place(row)}, column {rows.column}: expected a number (num-labels "
+                            f"= 1: a score to predict), found {value!r}")
+        scores[row] = score
+    return Examples(rows.texts, rows.pairs, scores, np.arange(len(rows.texts), dtype=np.int64), (rows.path,))

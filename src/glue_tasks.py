@@ -157,9 +157,9 @@ def write_submission(directory: Path, task: GlueTask, split: str, predictions: n
 def label_names(task: str, num_labels: int, own: tuple[str, ...] = ()) -> tuple[str, ...]:
     """What class i of a task's classifier means: the model's own names where it has them (classes
     named by the user's data, NER's tags), else GLUE's label names, STS-B's one "similarity" score,
-    or the class numbers of `classify` and `classify_pair`."""
+    or the class numbers of `classify` and `classify_pair` (their one "score" with num-labels = 1)."""
     if own:
         return tuple(own)
     if task in TASKS:
         return TASKS[task].label_names or ("similarity",)
-    return tuple(str(label) for label in range(num_labels))
+    return ("score",) if num_labels == 1 else tuple(str(label) for label in range(num_labels))

@@ -237,7 +237,8 @@ def model_card(checkpoint: dict, checkpoint_path: Path) -> str:
              "", "## Training", ""]
     lines += [f"- {stage_line(stage)}" for stage in checkpoints.lineage(checkpoint)]
     if task in FINE_TUNING_TASKS and checkpoint["best"] is not None:
-        lines += ["", f"Best validation score on {task}: {checkpoint['best']:.4f}."]
+        metric = checkpoints.saved_settings(checkpoint).get("best_metric") or "score"
+        lines += ["", f"Best validation {metric} on {task}: {checkpoint['best']:.4f}."]
     lines += ["", "## Load", "", "```python", f"from transformers import AutoTokenizer, {auto}",
               "tokenizer = AutoTokenizer.from_pretrained(DIRECTORY)",
               f"model = {auto}.from_pretrained(DIRECTORY{remote})", "```", ""]

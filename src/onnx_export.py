@@ -229,7 +229,7 @@ def validation_scores(checkpoint: dict, checkpoint_path: Path, graphs: dict[str,
     its data paths from the working directory), and the name of the task's headline metric."""
     import checkpoints
     from config import Config
-    from task import task_class
+    from task import chosen_metric, task_class
     settings = checkpoints.saved_settings(checkpoint) | {"teacher": "", "transfer_data": ""}  # scoring alone
     config = Config(**settings, sources=(f"{checkpoint_path}'s settings",))
     shape = ModelConfig(**checkpoint["model_config"])
@@ -241,7 +241,7 @@ def validation_scores(checkpoint: dict, checkpoint_path: Path, graphs: dict[str,
     except UserError as error:
         raise UserError(f"--quantize scores the graphs on the run's validation split, its paths read from "
                         f"{Path.cwd()}: {error}") from None
-    return scores | {"metric": task.best_metric}
+    return scores | {"metric": chosen_metric(config, task)}
 
 
 def quantization_line(report: dict) -> str:

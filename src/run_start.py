@@ -114,7 +114,7 @@ def check_same_task(saved: dict, path: Path, task: str):
 def check_same_measure(path: Path, saved_settings: dict, task: Task, config: Config):
     """A resumed run keeps the settings that decide what its scores mean, or its curves and
     best.pt would mix two experiments."""
-    for name in task.measuring_keys:
+    for name in (*task.measuring_keys, "best_metric"):
         if name in saved_settings:
             check_kept(path, name, saved_settings[name], getattr(config, name),
                        "to start a new run from these weights, add --switch-training")

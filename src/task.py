@@ -19,7 +19,7 @@ class Task(Protocol):
     name: str  # saved in checkpoints: which task made them
     vocab: Vocab
     device: torch.device
-    best_metric: str  # the validation metric that picks best.pt (run_plan.lower_is_better says which way)
+    best_metric: str  # the validation metric that picks best.pt unless best-metric names another
     predictions_per_token: float  # share of the input tokens the output head scores, for MFU
     last_layer_share: float  # share of the tokens the last layer computes (model.Encoder's rows), for MFU
     measuring_keys: tuple[str, ...]  # Config fields that decide what the scores mean: a resumed run keeps them
@@ -86,6 +86,11 @@ def evaluate_by_sums(task: Task, model: nn.Module, batches: Iterator[dict], auto
     if torch.distributed.is_initialized():
         torch.distributed.all_reduce(summed)
     return task.metrics(summed[0].item() / summed[1].item(), summed[1:].cpu())
+
+
+def chosen_metric(config, task: Task) -> str:
+    """The validation metric best.pt goes by: best-metric, else the task's own."""
+    return config.best_metric or task.best_metric
 
 
 def task_class(task_type: str) -> type:

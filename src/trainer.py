@@ -30,7 +30,7 @@ from model import flops_per_token
 from run_log import RunLog, metric_text
 from run_plan import in_stable_phase, learning_rate, lower_is_better, mask_rate, micro_batches, sequence_length
 from run_start import Run, RunStarter
-from task import Task
+from task import Task, chosen_metric
 from throughput import Clock, Throughput
 
 
@@ -135,7 +135,7 @@ class Trainer:
         whether the run reached its end (max-iters, time-budget or stop-at), False when stopped."""
         config = self.config
         stopping = False
-        self.check_target(run)
+        self.check_metric_names(run)
         batches = hardware.prefetch(self.task.train_batches(run.position), self.device, config.async_to_device)
         meter = run.meter = self.throughput_meter(run)
         clock = Clock(run.elapsed)
@@ -176,15 +176,22 @@ class Trainer:
             run.log(f"time-budget = {config.time_budget} spent at step {run.step}")
         return not stopping
 
-    def check_target(self, run: Run):
-        """A stop-at metric the task's validation has, before the first step (one validation batch tells)."""
-        target = self.config.stop_at
-        if target is None:
+    @property
+    def best_metric(self) -> str:
+        return chosen_metric(self.config, self.task)
+
+    def check_metric_names(self, run: Run):
+        """The metrics stop-at and best-metric name are ones the task's validation has, before the first
+        step (one validation batch tells)."""
+        named = [(f"stop-at = {self.config.stop_at}", self.config.stop_at.metric)] if self.config.stop_at else []
+        named += [(f"best-metric = {self.best_metric}", self.best_metric)] if self.config.best_metric else []
+        if not named:
             return
         names = self.task.evaluate(run.compiled, self.task.eval_batches("val", 1), self.autocast)
-        if target.metric not in names:
-            raise UserError(f"stop-at = {target}: task-type = {self.task.name} validates "
-                            f"{', '.join(names)}, not {target.metric}")
+        for setting, metric in named:
+            if metric not in names:
+                raise UserError(f"{setting}: task-type = {self.task.name} validates "
+                                f"{', '.join(name for name in names if name != 'examples')}, not {metric}")
 
     def finished(self, run: Run) -> bool:
         """At max-iters, or when the time budget is spent."""
@@ -298,9 +305,9 @@ class Trainer:
         run.log.scalars(run.step, scalars)
         if self.rank == 0:
             run.log(task.show_predictions(model, self.autocast))
-        score = metrics[task.best_metric]
+        score = metrics[self.best_metric]
         score = None if score is None else float(score)  # a numpy scalar would not load with weights_only
-        if improves(score, run.best, lower_is_better(task.best_metric)):
+        if improves(score, run.best, lower_is_better(self.best_metric)):
             run.best = score
             self.save(run, "best")
         self.save(run, "latest")

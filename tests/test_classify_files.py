@@ -3,6 +3,7 @@ parquet read with their columns, labels by name into the model and out through -
 the export and its import; every bad file or setting one line."""
 import csv
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -86,16 +87,16 @@ def test_each_format_gives_the_same_examples(tmp_path, examples):
                    tmp_path / "a.parquet")
     for suffix in ("csv", "tsv", "jsonl", "parquet"):
         read = read_rows(tmp_path / f"a.{suffix}")
-        assert read.texts == [text for text, _ in rows] and read.labels == [label for _, label in rows], suffix
+        assert read.texts == [text for text, _ in rows] and read.names == [label for _, label in rows], suffix
 
 
 def test_labels_are_names_and_numbers_are_their_digits(tmp_path):
     write_jsonl(tmp_path / "n.jsonl", [("one", 1), ("two", 2.0), ("ten", 10), ("three", " 3 ")])
     read = read_rows(tmp_path / "n.jsonl")
-    assert read.labels == ["1", "2", "10", "3"]
-    assert glue_data.ordered_names(read.labels) == ("1", "2", "3", "10")  # as numbers where all are
+    assert read.names == ["1", "2", "10", "3"]
+    assert glue_data.ordered_names(read.names) == ("1", "2", "3", "10")  # as numbers where all are
     assert glue_data.ordered_names(["b", "10", "a", "2"]) == ("10", "2", "a", "b")
-    examples = glue_data.labelled_examples(read, "label", ("1", "2", "3", "10"), "the training file's")
+    examples = glue_data.labelled_examples(read, ("1", "2", "3", "10"), "the training file's")
     assert examples.labels.tolist() == [0, 1, 3, 2] and examples.index.tolist() == [0, 1, 2, 3]
 
 
@@ -104,7 +105,7 @@ def test_the_text_column_is_text_else_sentence_or_as_named(tmp_path):
     assert read_rows(tmp_path / "s.csv").texts == ["a film"]
     write_csv(tmp_path / "r.csv", [("a film", "x", "good")], header=("review", "text", "mood"))
     read = glue_data.read_labelled_rows(tmp_path / "r.csv", (("review",),), "mood", True)
-    assert read.texts == ["a film"] and read.labels == ["good"]
+    assert read.texts == ["a film"] and read.names == ["good"]
 
 
 def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path):
@@ -117,8 +118,8 @@ def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path):
 def test_a_test_file_may_leave_its_labels_out(tmp_path):
     (tmp_path / "t.tsv").write_text("text\nfine\ndull\n")
     read = read_rows(tmp_path / "t.tsv", needs_labels=False)
-    assert read.labels is None
-    examples = glue_data.labelled_examples(read, "label", ("a", "b"), "the training file's")
+    assert read.names is None
+    examples = glue_data.labelled_examples(read, ("a", "b"), "the training file's")
     assert examples.labels_hidden and examples.first == ["fine", "dull"]
 
 
@@ -138,7 +139,7 @@ def test_a_test_file_may_leave_its_labels_out(tmp_path):
 def test_a_bad_file_is_one_line_naming_it(tmp_path, name, content, expected):
     (tmp_path / name).write_text(content)
     with pytest.raises(UserError) as error:
-        read_rows(tmp_path / name)
+        assert read_rows(tmp_path / name).names is None  # a label is checked when read as a class name
     assert str(error.value).startswith(f"{tmp_path / name}: " + expected.split(": ", 1)[1]), str(error.value)
     assert "\n" not in str(error.value)
 
@@ -148,7 +149,7 @@ def test_a_label_the_model_lacks_names_the_row_and_whose_labels(tmp_path):
     read = read_rows(tmp_path / "d.csv")
     with pytest.raises(UserError, match=r"d.csv: row 2, column label: label 'neutral' is not one of the "
                                         r"checkpoint's labels \(negative, positive\)$"):
-        glue_data.labelled_examples(read, "label", ("negative", "positive"), "the checkpoint's")
+        glue_data.labelled_examples(read, ("negative", "positive"), "the checkpoint's")
 
 
 @pytest.mark.parametrize("settings, expected", [
@@ -242,8 +243,7 @@ def test_numbered_labels_read_as_the_sst2_layout_reads_them(workdir, rotten_toma
     write_csv(workdir / "numbers.csv", rows)
     pq.write_table(pa.table({"sentence": [text for text, _ in rows], "label": [label for _, label in rows]}),
                    workdir / "train-00000-of-00001.parquet")
-    from_file = glue_data.labelled_examples(read_rows(workdir / "numbers.csv"),
-                                            "label", ("0", "1"), "the training file's")
+    from_file = glue_data.labelled_examples(read_rows(workdir / "numbers.csv"), ("0", "1"), "the training file's")
     from_layout = glue_data.read_split(workdir, "sst2", "train")
     assert from_file.first == from_layout.first and np.array_equal(from_file.labels, from_layout.labels)
 
@@ -306,7 +306,7 @@ def test_a_pair_file_reads_both_texts_by_either_name(tmp_path):
                                  (tmp_path / "own.csv", (("query",), ("passage",)), "relevant")):
         read = glue_data.read_labelled_rows(path, columns, label, needs_labels=True)
         assert read.texts == ["a film", "a film"] and read.pairs == ["the same film", "a storm"], path
-        assert glue_data.labelled_examples(read, label, ("different", "same"), "").second == read.pairs
+        assert glue_data.labelled_examples(read, ("different", "same"), "").second == read.pairs
     with pytest.raises(UserError, match=r"own.csv: missing column text_pair or sentence2 \(columns: query, passage, "
                                         r"relevant\)$"):
         glue_data.read_labelled_rows(tmp_path / "own.csv", (("query",), ("text_pair", "sentence2")), "relevant", True)
@@ -355,3 +355,114 @@ def test_a_teacher_of_named_classes_teaches_them_in_its_order(workdir, capsys):
     assert line == (f"error: teacher = {teacher}: its classes are mixed, negative, positive; this run's are "
                     f"positive, negative, mixed (the same, in the same order)")
     assert not (workdir / "runs" / "refused").exists()
+
+
+# ------------------------------------------------------------------------------ one score a text: num-labels = 1
+
+def scored(rows) -> list[tuple[str, float]]:
+    """Each sentence with a score: its mood's (1, 2.5, 4) plus a quarter a word past eight, up to 5."""
+    base = {"negative": 1.0, "mixed": 2.5, "positive": 4.0}
+    return [(text, min(5.0, base[mood] + 0.25 * max(0, len(text.split()) - 8))) for text, mood in rows]
+
+
+def test_num_labels_1_learns_a_score_and_every_output_keeps_it_one(workdir, examples, capsys, tmp_path):
+    rows = scored(examples)
+    write_csv(workdir / "scores.csv", rows[:160])
+    write_jsonl(workdir / "scores.jsonl", rows[160:])  # JSON numbers, where the CSV's are text
+    files = {"num_labels": 1, "train_file": "scores.csv", "validation_file": "scores.jsonl"}
+    run_dir = fine_tune(**files)
+    best = run_dir / "checkpoints" / "best.pt"
+    saved = checkpoints.load(best)
+    assert saved["model_config"]["num_labels"] == 1 and saved["model_config"]["label_names"] == ()
+    log = (run_dir / "logs" / "log.txt").read_text()
+    validation = [line for line in log.splitlines() if line.startswith("step 4 | val")][0]
+    assert all(f"val {name} " in validation for name in ("loss", "pearson", "spearman", "score"))
+    assert "accuracy" not in validation and "f1_macro" not in validation
+    assert re.search(r"\n  -?\d+\.\d\d \(true \d\.\d\d\): ", log)  # the predictions shown are scores
+
+    fine_tune(cp=best, test=True, **files)  # test.tsv has no labels: each text's predicted score
+    predictions = (run_dir / "test_predictions_step4_test.tsv").read_text().splitlines()
+    assert predictions[0] == "index\tprediction" and len(predictions) == 21
+    assert all(np.isfinite(float(line.split("\t")[1])) for line in predictions[1:])
+    metrics = fine_tune(cp=best, test=True, **files, test_file="scores.jsonl")
+    assert metrics["test_examples"] == 40  # the validation file again: its scores, to the digits logged
+    assert all(f"val {name} {metrics['test_' + name]:.4f}" in validation for name in ("loss", "pearson", "score"))
+
+    capsys.readouterr()
+    classify.main(["--cp", str(best), "a gorgeous film"])
+    score, text = capsys.readouterr().out.rstrip("\n").split("\t")
+    assert np.isfinite(float(score)) and text == "a gorgeous film"
+    export_hf.main(["--cp", str(best), "-o", str(tmp_path / "hf")])
+    exported = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert exported["problem_type"] == "regression" and exported["id2label"] == {"0": "score"}
+    import_hf.main(["-i", str(tmp_path / "hf"), "-o", str(tmp_path / "back.pt")])
+    back = checkpoints.load(tmp_path / "back.pt")
+    assert back["task"] == "classify" and back["model_config"]["num_labels"] == 1
+    assert back["model_config"]["label_names"] == ()
+
+
+def test_a_score_teacher_teaches_on_unlabelled_text(workdir, examples):
+    """transfer-data's sentences have no score: they are left out of the student's own loss (NaN, not -1)."""
+    rows = scored(examples)
+    write_csv(workdir / "scores.csv", rows[:160])
+    write_jsonl(workdir / "scores.jsonl", rows[160:])
+    (workdir / "more.txt").write_text("".join(text + "\n" for text, _ in examples[::3]))
+    files = {"num_labels": 1, "train_file": "scores.csv", "validation_file": "scores.jsonl"}
+    teacher = fine_tune(run_id="teacher", **files) / "checkpoints" / "best.pt"
+    student = fine_tune(run_id="student", teacher=str(teacher), transfer_data="more.txt", **files)
+    log = (student / "logs" / "log.txt").read_text()
+    losses = [float(line.split("| loss ")[1].split(" ")[0]) for line in log.splitlines() if "| loss " in line]
+    assert len(losses) == 4 and all(np.isfinite(losses))
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({"task_type": "classify", "num_labels": 1},
+     "num-labels = 1 (one score a text: regression) reads its numbers from your own files: set train-file and "
+     "validation-file"),
+    ({"task_type": "classify_pair", "num_labels": 1, "labels": "low,high", "train_file": "a.csv",
+      "validation_file": "b.csv"},
+     "labels = low,high names classes, but num-labels = 1 is one score a text (regression)"),
+])
+def test_one_score_a_text_comes_from_the_users_files(settings, expected):
+    with pytest.raises(UserError) as error:
+        Config(**settings)
+    assert str(error.value) == f"config: {expected}"
+
+
+def test_a_score_that_is_not_a_number_is_one_line(workdir, capsys):
+    write_csv(workdir / "scores.csv", [("a fine film", "4.5"), ("a dull one", "poor"), ("a third", "1")])
+    write_csv(workdir / "dev.csv", [("a fine film", "4.5")])
+    config = write_config(num_labels=1, train_file="scores.csv", validation_file="dev.csv", run_id="refused")
+    line = one_error_line(capsys, lambda: main.main(["--config", str(config)]))
+    assert line == ("error: scores.csv: row 2, column label: expected a number (num-labels = 1: a score to "
+                    "predict), found 'poor'")
+    assert not (workdir / "runs" / "refused").exists()
+
+
+# ------------------------------------------------------------------------------ best-metric
+
+def test_best_metric_picks_best_pt_by_the_metric_it_names(workdir, capsys, tmp_path):
+    from test_trainer import scalars
+    for metric, pick in (("f1_macro", max), ("loss", min)):
+        run_dir = fine_tune(run_id=metric, best_metric=metric, max_iters=8, lr_decay_iters=8, val_interval=2)
+        values = dict(scalars(run_dir)[f"val/{metric}"])
+        best = checkpoints.load(run_dir / "checkpoints" / "best.pt")
+        assert len(values) == 4 and best["best"] == pytest.approx(pick(values.values()), rel=1e-6)
+        assert best["step"] == min(step for step, value in values.items() if value == pick(values.values()))
+    export_hf.main(["--cp", str(run_dir / "checkpoints" / "best.pt"), "-o", str(tmp_path / "hf")])
+    assert f"Best validation loss on classify: {best['best']:.4f}." in (tmp_path / "hf" / "README.md").read_text()
+
+    line = one_error_line(capsys, lambda: main.main(["--config", str(write_config(best_metric="f1_micro")),
+                                                      "--cp", str(run_dir / "checkpoints" / "checkpoint.pt")]))
+    assert line.endswith("the run has best-metric = loss, the config f1_micro; a resumed run keeps it (to start a "
+                         "new run from these weights, add --switch-training)")
+
+
+def test_a_best_metric_the_task_does_not_validate_is_one_line_before_the_first_step(workdir, capsys):
+    config = write_config(best_metric="pearson", run_id="refused")
+    line = one_error_line(capsys, lambda: main.main(["--config", str(config)]))
+    assert line == ("error: best-metric = pearson: task-type = classify validates loss, accuracy, f1_macro, "
+                    "not pearson")
+    assert not (workdir / "runs" / "refused").exists()
+    with pytest.raises(UserError, match="best-metric = 'F1 macro': expected a validation metric's name"):
+        Config(best_metric="F1 macro")
