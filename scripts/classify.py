@@ -1,8 +1,9 @@
 """Label sentences, or sentence pairs, with a fine-tuned checkpoint of a GLUE task or of `classify`.
 
-Each output line is the predicted label's name (SST-2: negative or positive; `classify`: the class
-number), its probability and the text; an STS-B checkpoint prints the predicted similarity (0 to 5)
-and the text. A pair task (MRPC, QQP, STS-B, MNLI, QNLI, RTE, WNLI) takes each pair as one text,
+Each output line is the predicted label's name (SST-2: negative or positive; `classify`: the class's
+name, or its number), its probability and the text; an STS-B checkpoint (or `num-labels = 1`) prints
+the predicted score and the text; a multi-label one the classes above 0.5 and their probabilities,
+between commas (none: `-`). A pair task (MRPC, QQP, STS-B, MNLI, QNLI, RTE, WNLI) takes each pair as one text,
 `first ||| second`, encoded as fine-tuning encodes it: [CLS] first [SEP] second [SEP].
 
 Examples:
@@ -57,8 +58,9 @@ def split_pairs(texts: list[str], task: str) -> tuple[list[str], list[str] | Non
 @torch.no_grad()
 def classify(model, vocab, first: list[str], second: list[str] | None, seq_len: int, batch_size: int = 64,
              progress: bool = False) -> list[tuple[int, float]]:
-    """(label, probability) for each sentence or pair, in order, or for a regressor (STS-B)
-    (-1, score); encoded as fine-tuning encodes them, batched by length."""
+    """(label, probability) for each sentence or pair, in order; for a regressor (STS-B) (-1, score),
+    for a multi-label model (-1, each class's probability); encoded as fine-tuning encodes them,
+    batched by length."""
     count = len(first)
     examples = glue_data.Examples(first, second, np.full(count, glue_data.HIDDEN_LABEL), np.arange(count))
     part = Part("test", examples, pair_encoding.encode_examples(vocab, first, second, seq_len))
@@ -70,6 +72,8 @@ def classify(model, vocab, first: list[str], second: list[str] | None, seq_len: 
                           attention_mask=torch.from_numpy(batch["attention_mask"]), segment_ids=segment_ids)
         if model.config.num_labels == 1:
             found = [(-1, score) for score in logits[:, 0].float().tolist()]
+        elif model.config.multi_label:
+            found = [(-1, chances) for chances in logits.float().sigmoid().tolist()]
         else:
             probabilities, labels = logits.float().softmax(-1).max(-1)
             found = list(zip(labels.tolist(), probabilities.tolist()))
@@ -136,8 +140,21 @@ def main(argv=None):
     seq_len = trained_seq_len(checkpoint, model)
     names = glue_tasks.label_names(task, model.config.num_labels, model.config.label_names)
     results = classify(model, vocab, first, second, seq_len, progress=True)
-    print_lines(f"{value:.3f}\t{text}" if model.config.num_labels == 1 else f"{names[label]}\t{value:.3f}\t{text}"
+    print_lines(f"{result_text(label, value, names, model.config)}\t{text}"
                 for text, (label, value) in zip(texts, results))
+
+
+def result_text(label: int, value, names: tuple[str, ...], config) -> str:
+    """A score; a class and its probability; or a multi-label model's classes above 0.5 and theirs
+    (`insult,toxic<TAB>0.912,0.733`; none: `-<TAB>-`)."""
+    if config.num_labels == 1:
+        return f"{value:.3f}"
+    if config.multi_label:
+        chosen = [(name, chance) for name, chance in zip(names, value) if chance > 0.5]
+        if not chosen:
+            return "-\t-"
+        return ",".join(name for name, _ in chosen) + "\t" + ",".join(f"{chance:.3f}" for _, chance in chosen)
+    return f"{names[label]}\t{value:.3f}"
 
 
 if __name__ == "__main__":

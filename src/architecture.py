@@ -45,6 +45,7 @@ class ModelConfig:
     generator_heads: int = 0  # ElectraForPreTraining: the generator's heads, of the same width as ours
     pooling: str = "cls"  # BertForSequenceClassification: cls (BERT) or mean of the real tokens' states
     label_names: tuple[str, ...] = ()  # BertForTokenClassification: what each output means (B-PER), from its data
+    multi_label: bool = False  # BertForSequenceClassification: any number of the classes, a sigmoid each
 
     def __post_init__(self):
         for name, choices in (("norm", NORMS), ("position", POSITIONS), ("feed_forward", FEED_FORWARDS),

@@ -39,11 +39,12 @@ KEY_TYPES = {"task": str, "step": int, "tokens": int, "model": dict, "optimizer"
              "checksum": str}
 # Free to differ between a checkpoint and the run starting from it: pre-training heads come and go.
 FREE_MODEL_FIELDS = ("dropout", "num_labels", "causal", "sentence_classes", "generator_heads", "label_names")
-# Free to differ in a new run from a checkpoint's weights, not in a resumed one: a longer-context
-# phase lengthens the position table and raises RoPE's base.
-PHASE_MODEL_FIELDS = ("max_len", "rope_theta")
+# Free to differ in a new run from a checkpoint's weights, not in a resumed or scored one: a
+# longer-context phase lengthens the position table and raises RoPE's base; a multi-label head
+# starts fresh on a single-label one's encoder, but a model is scored as the kind it is.
+PHASE_MODEL_FIELDS = ("max_len", "rope_theta", "multi_label")
 # ModelConfig fields younger than the format, with the value a checkpoint without one was trained with.
-ADDED_MODEL_FIELDS = {"rope_theta": ROPE_THETA, "label_names": ()}
+ADDED_MODEL_FIELDS = {"rope_theta": ROPE_THETA, "label_names": (), "multi_label": False}
 # Entries younger than the format, with the value a checkpoint without one means.
 ADDED_KEYS = {"decay_branch": False, "autocast": None}
 
@@ -247,7 +248,8 @@ def load_pretrained(model: nn.Module, checkpoint: dict, path: Path, log):
     weights = checkpoint["model"] | longer_position_tables(checkpoint["model"], own)
     fitting = {name: tensor for name, tensor in weights.items() if name in own and own[name].shape == tensor.shape}
     saved_names, names = tuple(checkpoint["model_config"]["label_names"]), tuple(model.config.label_names)
-    other_outputs = saved_names != names and any(not name.startswith("encoder.") for name in fitting)
+    other_kind = checkpoint["model_config"]["multi_label"] != model.config.multi_label
+    other_outputs = (saved_names != names or other_kind) and any(not name.startswith("encoder.") for name in fitting)
     if other_outputs:  # a head's outputs mean the names they were trained for
         fitting = {name: tensor for name, tensor in fitting.items() if name.startswith("encoder.")}
     missing, _ = model.load_state_dict(fitting, strict=False)
@@ -259,7 +261,11 @@ def load_pretrained(model: nn.Module, checkpoint: dict, path: Path, log):
     log(f"loaded the encoder of {path} ({checkpoint['task']} step {checkpoint['step']})")
     log(f"  newly initialised: {', '.join(missing) or 'nothing'}")
     log(f"  not used: {', '.join(unused) or 'nothing'}")
-    if other_outputs:
+    if other_outputs and other_kind:
+        kinds = {False: "one class an example (softmax)", True: "any number of classes (multi-label)"}
+        log(f"  a new head: the checkpoint's picks {kinds[not model.config.multi_label]}, this run's "
+            f"{kinds[model.config.multi_label]}")
+    elif other_outputs:
         log(f"  a new head: the checkpoint's labels ({', '.join(saved_names) or 'unnamed'}) are not this run's "
             f"({', '.join(names)})")
     log_longer_context(checkpoint["model_config"], model.config, log)

@@ -47,6 +47,8 @@ def glue_task_of(config, names: tuple[str, ...] = ()) -> glue_tasks.GlueTask:
     if config.num_labels == 1:  # one score a text, scored as STS-B is (only on the user's own files)
         task = dataclasses.replace(task, label_names=(), metrics=glue_tasks.TASKS["stsb"].metrics,
                                    headline_metric=glue_tasks.TASKS["stsb"].headline_metric)
+    if config.multi_label:  # any number of the classes an example (only on the user's own files)
+        task = dataclasses.replace(task, multi_label=True, metrics=("f1_micro",), headline_metric="f1_micro")
     if config.train_file:
         predictions = f"{Path(config.test_file or 'test').stem}.tsv"  # beside the run: test_predictions_stepN_NAME.tsv
         task = dataclasses.replace(task, submission_files={"test": predictions}, server_wants_names=True)
@@ -99,7 +101,7 @@ def confusion_matrix(predicted: torch.Tensor, labels: torch.Tensor, classes: int
 def with_unlabelled(examples: glue_data.Examples, texts: list[str]) -> glue_data.Examples:
     """The examples, then the texts as examples whose label is hidden."""
     hidden = glue_data.HIDDEN_SCORE if examples.labels.dtype.kind == "f" else glue_data.HIDDEN_LABEL
-    unknown = np.full(len(texts), hidden, dtype=examples.labels.dtype)
+    unknown = np.full((len(texts), *examples.labels.shape[1:]), hidden, dtype=examples.labels.dtype)
     no_index = np.full(len(texts), glue_data.HIDDEN_LABEL, np.int64)
     return glue_data.Examples(examples.first + texts, None, np.concatenate([examples.labels, unknown]),
                               np.concatenate([examples.index, no_index]), examples.files, examples.skipped_lines)
@@ -127,8 +129,18 @@ def confusion_metrics(confusion: np.ndarray) -> dict[str, float]:
 
 
 def known_labels(labels: torch.Tensor) -> torch.Tensor:
-    """The rows whose label is given: a class id, or a score (not NaN)."""
-    return ~torch.isnan(labels) if labels.is_floating_point() else labels != glue_data.HIDDEN_LABEL
+    """The rows whose label is given: a class id, a score, or a multi-label row (not NaN)."""
+    if not labels.is_floating_point():
+        return labels != glue_data.HIDDEN_LABEL
+    return ~torch.isnan(labels).any(-1) if labels.dim() == 2 else ~torch.isnan(labels)
+
+
+def multi_label_sums(logits: torch.Tensor, labels: torch.Tensor, known: torch.Tensor) -> torch.Tensor:
+    """[examples right in every class, true positives, wrong decisions] over the known rows: enough for
+    subset accuracy and micro-F1 by addition."""
+    predicted, true = logits > 0, labels > 0.5
+    wrong = (predicted != true) & known[:, None]
+    return torch.stack([((~wrong).all(-1) & known).sum(), (predicted & true & known[:, None]).sum(), wrong.sum()])
 
 
 def regression_sums(scores: torch.Tensor, labels: torch.Tensor, known: torch.Tensor) -> torch.Tensor:
@@ -167,6 +179,7 @@ class ClassificationTask(FineTuningTask):
         # classify(_pair)'s classes have names where the user gave them (labels) or its own files name them
         self.named = config.task_type in USER_CLASS_TASKS and bool(config.given_labels or config.train_file) \
             and not self.glue_task.is_regression
+        self.multi_label = self.glue_task.multi_label
         self.names_from_data = bool(self.named and not config.given_labels)  # until a checkpoint's are taken
         self.whose = "the training file's"  # whose names the data is read against, for messages
         self.teacher = None  # loaded once the training split has named the classes
@@ -199,6 +212,10 @@ class ClassificationTask(FineTuningTask):
     def check_teacher_classes(self):
         """A teacher with named classes names this run's, in its order: its logit i teaches class i."""
         names, taught = tuple(self.teacher.config.label_names), self.glue_task.label_names
+        if self.teacher.config.multi_label != self.multi_label:
+            kind = {True: "multi-label", False: "of one class an example"}
+            raise UserError(f"teacher = {self.config.teacher}: a classifier {kind[self.teacher.config.multi_label]}; "
+                            f"this run's is {kind[self.multi_label]}")
         if self.named and names and names != taught:
             raise UserError(f"teacher = {self.config.teacher}: its classes are {', '.join(names)}; this run's are "
                             f"{', '.join(taught)} (the same, in the same order)")
@@ -226,7 +243,12 @@ class ClassificationTask(FineTuningTask):
         if self.glue_task.is_regression:
             return glue_data.scored_examples(rows)
         if split == "train" and self.names_from_data:
-            self.use_names(glue_data.ordered_names(rows.names), "the training file's")
+            names = [name for row in rows.name_sets for name in row] if self.multi_label else rows.names
+            if not names:
+                raise UserError(f"{rows.path}: no row names a class in column {rows.column}: nothing to learn")
+            self.use_names(glue_data.ordered_names(names), "the training file's")
+        if self.multi_label:
+            return glue_data.multi_hot_examples(rows, self.glue_task.label_names, self.whose)
         return glue_data.labelled_examples(rows, self.glue_task.label_names, self.whose)
 
     def read_part(self, split: str, name: str) -> Part:
@@ -242,7 +264,8 @@ class ClassificationTask(FineTuningTask):
 
     def model_config(self, max_len: int | None = None) -> ModelConfig:
         names = self.glue_task.label_names if self.named else ()
-        return model_config(self.config, self.vocab, max_len, num_labels=self.num_labels, label_names=names)
+        return model_config(self.config, self.vocab, max_len, num_labels=self.num_labels, label_names=names,
+                            multi_label=self.multi_label)
 
     def build_model(self, max_len: int | None = None) -> BertForSequenceClassification:
         return BertForSequenceClassification(self.model_config(max_len))
@@ -266,6 +289,8 @@ class ClassificationTask(FineTuningTask):
         if self.glue_task.is_regression:
             sums = regression_sums(logits[:, 0], labels, known)
             return loss, torch.cat([sums[:1], sums])
+        if self.multi_label:
+            return loss, torch.cat([known.sum()[None], multi_label_sums(logits, labels, known)])
         confusion = confusion_matrix(logits.argmax(-1), labels, self.num_labels, known)
         return loss, torch.cat([known.sum()[None], confusion])
 
@@ -273,6 +298,9 @@ class ClassificationTask(FineTuningTask):
         """The model's loss (cross-entropy, or a regression's squared error) over the rows with a label."""
         if self.glue_task.is_regression:
             each = F.mse_loss(logits[:, 0].float(), labels.float().nan_to_num(), reduction="none")
+        elif self.multi_label:
+            each = F.binary_cross_entropy_with_logits(logits.float(), labels.float().nan_to_num(),
+                                                      reduction="none").mean(-1)
         else:
             each = F.cross_entropy(logits.float(), labels.clamp(min=0), reduction="none")
         return (each * known).sum() / known.sum().clamp(min=1)
@@ -281,6 +309,10 @@ class ClassificationTask(FineTuningTask):
         """Training metrics from summed statistics (evaluate scores every prediction)."""
         if self.glue_task.is_regression:
             return {"loss": loss, "pearson": pearson_from_sums(statistics[1:].numpy())}
+        if self.multi_label:
+            count, exact, hits, wrong = (int(value) for value in statistics)
+            return {"loss": loss, "subset_accuracy": exact / max(count, 1),
+                    "f1_micro": glue_metrics.f1_from_counts(hits, wrong)}
         classes = self.num_labels
         return {"loss": loss, **confusion_metrics(statistics[1:].numpy().reshape(classes, classes))}
 
@@ -308,6 +340,8 @@ class ClassificationTask(FineTuningTask):
         return metrics | {"examples": examples}
 
     def part_metrics(self, labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+        if self.multi_label:
+            return glue_metrics.multi_label_metrics(labels, predictions)
         metrics = glue_metrics.task_metrics(self.glue_task, labels, predictions)
         if not self.glue_task.is_regression:
             metrics.setdefault("accuracy", glue_metrics.accuracy(labels, predictions))
@@ -318,7 +352,9 @@ class ClassificationTask(FineTuningTask):
         return metrics
 
     def predicted(self, logits: torch.Tensor) -> torch.Tensor:
-        """Class ids, or a regressor's scores."""
+        """Class ids, a regressor's scores, or a multi-label model's 0 or 1 a class."""
+        if self.multi_label:
+            return (logits > 0).to(torch.int8)
         return logits[:, 0].float() if self.glue_task.is_regression else logits.argmax(-1)
 
     def submission(self, model, split: str, autocast) -> dict[str, list[str]] | None:
@@ -362,6 +398,14 @@ class ClassificationTask(FineTuningTask):
             text = self.vocab.render(ids, {})
             if self.glue_task.is_regression:
                 lines.append(f"  {float(logits[row, 0]):.2f} (true {float(batch['labels'][row]):.2f}): {text}")
+                continue
+            if self.multi_label:
+                chances = logits[row].float().sigmoid().tolist()
+                chosen = ", ".join(f"{self.label_name(label)} {chance:.2f}" for label, chance in enumerate(chances)
+                                   if chance > 0.5) or "none"
+                true = ", ".join(self.label_name(label) for label, value in enumerate(batch["labels"][row].tolist())
+                                 if value > 0.5) or "none"
+                lines.append(f"  {chosen} (true {true}): {text}")
                 continue
             probabilities = logits[row].float().softmax(-1)
             label = int(probabilities.argmax())

@@ -90,12 +90,14 @@ def own_files_problem(values: dict) -> str | None:
     other file keys and the columns only with them (a GLUE task reads glue-dir's layout). One score a
     text (num-labels = 1) comes from the user's files, and has no class names."""
     regression = values["num_labels"] == 1 and values["task_type"] in USER_CLASS_TASKS
+    if regression and values["multi_label"]:
+        return "multi-label = true is any number of classes an example, but num-labels = 1 is one score a text"
     if regression and values["labels"].strip():
         return f"labels = {values['labels'].strip()} names classes, but num-labels = 1 is one score a text (regression)"
     if regression and not values["train_file"]:
         return ("num-labels = 1 (one score a text: regression) reads its numbers from your own files: "
                 "set train-file and validation-file")
-    given = [name for name in (*LABELLED_FILE_KEYS, "text_column", "text_pair_column") if values[name]]
+    given = [name for name in (*LABELLED_FILE_KEYS, "text_column", "text_pair_column", "multi_label") if values[name]]
     given += ["label_column"] if values["label_column"] != "label" else []
     if not given:
         return None
@@ -202,6 +204,8 @@ class Config:
                                 "else sentence2")
     label_column: str = key("label", "classify(_pair), with train-file: the label's column (names or numbers)",
                             Rule(bool, "a column name"))
+    multi_label: bool = key(False, "classify(_pair), with train-file: any number of the classes an example (a list "
+                                   "of names, or names between commas; none: empty), a sigmoid each")
     doc_stride: int = key(32, "squad: the pieces two windows of a long context share (run_qa's 128 goes with "
                           "seq-len 384)", at_least(0))
     max_query_length: int = key(64, "squad: a question's pieces beyond this are cut", at_least(1))

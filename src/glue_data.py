@@ -1,7 +1,7 @@
 """GLUE's data on disk, in either layout (Hugging Face parquet, the GLUE distribution's TSV): a task's
 split found, read and checked, any bad value a one-line error naming the file, row or line, and column.
 Also `classify`'s and `classify_pair`'s examples from a user's own file (.csv, .tsv, .jsonl, .parquet),
-labels by name, or scores (num-labels = 1).
+labels by name (a list of them a row, multi-label), or scores (num-labels = 1).
 """
 import csv
 import functools
@@ -74,7 +74,8 @@ class Examples:
     """A split in memory: texts, labels and the data set's own index (for submission files)."""
     first: list[str]
     second: list[str] | None  # None for single-sentence tasks
-    labels: np.ndarray  # int64 class ids (HIDDEN_LABEL where hidden), float32 scores for STS-B (NaN)
+    labels: np.ndarray  # int64 class ids (HIDDEN_LABEL where hidden), float32 scores (NaN), or multi-label
+    # float32 rows of 0 or 1 a class (NaN)
     index: np.ndarray  # int64
     files: tuple[Path, ...] = ()
     skipped_lines: tuple[int, ...] = ()  # broken TSV rows left out (QQP), by line number
@@ -328,6 +329,13 @@ class LabelledRows:
         return None if self.values is None else [label_text(self.path, self.column, row, value)
                                                  for row, value in enumerate(self.values)]
 
+    @functools.cached_property
+    def name_sets(self) -> list[list[str]] | None:
+        """A multi-label file's labels, each row's names: a list (JSON lines, parquet), or names between
+        commas (CSV, TSV; a number alone is one); empty, null or []: none of the classes."""
+        return None if self.values is None else [label_list(self.path, self.column, row, value)
+                                                 for row, value in enumerate(self.values)]
+
 
 def read_labelled_rows(path: Path, text_columns: tuple[tuple[str, ...], ...], label_column: str,
                        needs_labels: bool) -> LabelledRows:
@@ -405,6 +413,17 @@ def label_text(path: Path, column: str, row: int, value) -> str:
     return str(number)
 
 
+def label_list(path: Path, column: str, row: int, value) -> list[str]:
+    """A multi-label row's names (LabelledRows.name_sets)."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [label_text(path, column, row, each) for each in value]
+    if isinstance(value, str):
+        return [name.strip() for name in value.split(",") if name.strip()]
+    return [label_text(path, column, row, value)]
+
+
 def ordered_names(labels: list[str]) -> tuple[str, ...]:
     """The distinct labels in the model's order: as numbers where every one is an integer (2 before
     10), else as text."""
@@ -422,11 +441,29 @@ def labelled_examples(rows: LabelledRows, names: tuple[str, ...], whose: str) ->
         ids = {name: index for index, name in enumerate(names)}
         for row, label in enumerate(rows.names):
             if label not in ids:
-                shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
-                raise UserError(f"{rows.path}: {row_place(row)}, column {rows.column}: label {label!r} is not one "
-                                f"of {whose} labels ({shown})")
+                raise unknown_label(rows, row, label, names, whose)
         labels = np.array([ids[label] for label in rows.names], np.int64)
     return Examples(rows.texts, rows.pairs, labels, np.arange(len(rows.texts), dtype=np.int64), (rows.path,))
+
+
+def multi_hot_examples(rows: LabelledRows, names: tuple[str, ...], whose: str) -> Examples:
+    """The rows of a multi-label file as Examples: labels [examples, classes], 1 where a row names the
+    class, else 0 (NaN rows where the file has no labels)."""
+    labels = np.full((len(rows.texts), len(names)), HIDDEN_SCORE if rows.values is None else 0.0, np.float32)
+    ids = {name: index for index, name in enumerate(names)}
+    for row, chosen in enumerate(rows.name_sets or ()):
+        for label in chosen:
+            if label not in ids:
+                raise unknown_label(rows, row, label, names, whose)
+            labels[row, ids[label]] = 1.0
+    return Examples(rows.texts, rows.pairs, labels, np.arange(len(rows.texts), dtype=np.int64), (rows.path,))
+
+
+def unknown_label(rows: LabelledRows, row: int, label: str, names: tuple[str, ...], whose: str) -> UserError:
+    """One line naming the file, row and label, and `whose` the labels are (the training file's, the checkpoint's)."""
+    shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+    return UserError(f"{rows.path}: {row_place(row)}, column {rows.column}: label {label!r} is not one "
+                     f"of {whose} labels ({shown})")
 
 
 def scored_examples(rows: LabelledRows) -> Examples:

@@ -1,5 +1,6 @@
-"""GLUE's metrics (accuracy, F1, Matthews, Pearson, Spearman; macro-F1 for your own classes), each task's
-score, and the two averages the field reports: the leaderboard's and the BERT paper's (Cramming's)."""
+"""GLUE's metrics (accuracy, F1, Matthews, Pearson, Spearman; macro-F1 for your own classes, and the
+multi-label ones), each task's score, and the two averages the field reports: the leaderboard's and
+the BERT paper's (Cramming's)."""
 import math
 
 import numpy as np
@@ -14,9 +15,7 @@ def accuracy(labels: np.ndarray, predictions: np.ndarray) -> float:
 def f1_score(labels: np.ndarray, predictions: np.ndarray) -> float:
     """F1 of class 1 (MRPC's equivalent, QQP's duplicate), as GLUE scores it; 0 with no true positive."""
     labels, predictions = np.asarray(labels) == 1, np.asarray(predictions) == 1
-    true_positives = int(np.sum(labels & predictions))
-    wrong = int(np.sum(labels != predictions))
-    return 2 * true_positives / (2 * true_positives + wrong) if true_positives else 0.0
+    return f1_from_counts(int(np.sum(labels & predictions)), int(np.sum(labels != predictions)))
 
 
 def macro_f1(labels: np.ndarray, predictions: np.ndarray) -> float:
@@ -75,8 +74,30 @@ def average_ranks(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
+# ----------------------------------------------------------------------------- multi-label
+
+def multi_label_metrics(labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+    """Of 0-1 matrices [examples, classes] (scikit-learn's indicator arrays), scikit-learn's numbers:
+    micro-F1 (every yes-or-no decision pooled), macro-F1 (each class's F1 weighed alike, 0 for a class
+    neither labelled nor predicted), subset accuracy (an example right in every class) and Hamming
+    loss (the share of wrong decisions)."""
+    true, predicted = np.asarray(labels) > 0.5, np.asarray(predictions) > 0.5
+    hits = (true & predicted).sum(0)
+    wrong = (true != predicted).sum(0)
+    return {"f1_micro": f1_from_counts(int(hits.sum()), int(wrong.sum())),
+            "f1_macro": float(np.mean([f1_from_counts(int(h), int(w)) for h, w in zip(hits, wrong)])),
+            "subset_accuracy": float(np.mean((true == predicted).all(1))),
+            "hamming_loss": float(np.mean(true != predicted))}
+
+
+def f1_from_counts(hits: int, wrong: int) -> float:
+    """F1 from true positives and the false ones of both kinds together; 0 with no true positive."""
+    return 2 * hits / (2 * hits + wrong) if hits else 0.0
+
+
 METRICS = {"matthews": matthews_correlation, "accuracy": accuracy, "f1": f1_score, "pearson": pearson,
-           "spearman": spearman}
+           "spearman": spearman, "f1_micro": lambda labels, predictions:
+           multi_label_metrics(labels, predictions)["f1_micro"]}
 
 
 def task_metrics(task: GlueTask, labels: np.ndarray, predictions: np.ndarray) -> dict[str, float | None]:

@@ -34,6 +34,7 @@ class GlueTask:
     tsv_headerless: dict[str, int] = field(default_factory=dict)  # CoLA's train/dev: column -> position
     allows_empty_text: bool = False  # QQP's train split holds two empty question2 (HF datasets #277)
     skips_broken_tsv_rows: bool = False  # QQP's train.tsv has rows cut in two by a newline in a question
+    multi_label: bool = False  # classify(_pair)'s own files: any number of the classes an example
 
     @property
     def is_regression(self) -> bool:
@@ -133,11 +134,14 @@ def is_test_split(split: str) -> bool:
 
 def submission_lines(task: GlueTask, predictions: np.ndarray, index: np.ndarray) -> list[str]:
     """The GLUE server's file: `index<TAB>prediction`, the prediction a label name for MNLI, AX,
-    QNLI and RTE, a class number for CoLA, SST-2, MRPC, QQP and WNLI, a score for STS-B."""
+    QNLI and RTE, a class number for CoLA, SST-2, MRPC, QQP and WNLI, a score for STS-B; for a
+    multi-label model, the names of the classes predicted, between commas (none: empty)."""
     if len(predictions) != len(index):
         raise ValueError(f"{len(predictions)} predictions for {len(index)} examples")
     if task.is_regression:
         shown = [f"{float(score):.3f}" for score in predictions]
+    elif task.multi_label:
+        shown = [",".join(name for name, chosen in zip(task.label_names, row) if chosen) for row in predictions]
     elif task.server_wants_names:
         shown = [task.label_names[int(label)] for label in predictions]
     else:

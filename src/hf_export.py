@@ -129,6 +129,8 @@ def hf_config(checkpoint: dict) -> dict:
         config["label2id"] = {name: index for index, name in enumerate(names)}
         if len(names) == 1:
             config["problem_type"] = "regression"
+        if saved["multi_label"]:
+            config["problem_type"] = "multi_label_classification"  # the pipeline's sigmoid a class
     return config
 
 

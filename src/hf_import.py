@@ -119,7 +119,8 @@ def architecture_of(path: Path, config: dict, vocab: Vocab, task: str, weights: 
     """The ModelConfig config.json describes; a value ModelConfig refuses is one line naming the file."""
     shape = {field: config[key] for field, key in shape_keys(config).items() if key in config}
     common = {"pad_id": vocab.pad_id, "causal": task == "clm", "num_labels": len(config.get("id2label", {})) or 2,
-              "label_names": output_names(config, task)}
+              "label_names": output_names(config, task),
+              "multi_label": config.get("problem_type") == "multi_label_classification"}
     if config["model_type"] == "bert-variant":
         settings = {name: config[name] for name in NETWORK_FIELDS if name in config}
     else:

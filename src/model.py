@@ -505,7 +505,7 @@ class ElectraForPreTraining(nn.Module):
 
 class BertForSequenceClassification(nn.Module):
     """BERT's pooler (dense + tanh) on [CLS], or on the mean of the real tokens' states; dropout,
-    and a linear classifier (a regressor with num_labels = 1).
+    and a linear classifier (a regressor with num_labels = 1; multi_label: a sigmoid a class).
 
     Mean pooling reads every token: after a short pre-training the encoder may give nearly the
     same state at every position (the unigram plateau), and [CLS] alone then carries half the
@@ -527,10 +527,18 @@ class BertForSequenceClassification(nn.Module):
         return logits, None if labels is None else self.loss(logits, labels)
 
     def loss(self, logits, labels):
-        """Cross-entropy, or with one output (STS-B's similarity, a regression) the mean squared error."""
-        if self.config.num_labels == 1:
-            return F.mse_loss(logits[:, 0].float(), labels.float())
-        return F.cross_entropy(logits.float(), labels)
+        return sequence_loss(logits, labels, self.config.multi_label)
+
+
+def sequence_loss(logits: torch.Tensor, labels: torch.Tensor, multi_label: bool) -> torch.Tensor:
+    """A sequence classifier's loss, as transformers' problem_type has it: cross-entropy over the classes;
+    with one output (STS-B's similarity, a regression) the mean squared error; multi-label, each class
+    a yes or no of its own (labels 0 or 1 a class), the binary cross-entropy of every decision."""
+    if logits.shape[-1] == 1:
+        return F.mse_loss(logits[:, 0].float(), labels.float())
+    if multi_label:
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+    return F.cross_entropy(logits.float(), labels)
 
 
 def pooled_rows(input_ids, pooling: str):

@@ -16,7 +16,7 @@ from torch import nn
 import checkpoints
 from architecture import ANSWERS, CLASSIFICATION, EMBEDDING, ENCODER, PRE_TRAINING, TOKENS, kind_of
 from errors import UserError
-from model import IGNORE_INDEX, ModelConfig, at_positions, pool, token_loss
+from model import IGNORE_INDEX, ModelConfig, at_positions, pool, sequence_loss, token_loss
 
 GRAPH = Path("onnx") / "model.onnx"  # where export_hf.py --onnx writes it
 INSTALL = "pip install onnx onnxruntime"  # what --onnx and running a graph need
@@ -63,11 +63,7 @@ class OnnxMaskedLM(OnnxModel):
 class OnnxSequenceClassification(OnnxModel):
     def forward(self, input_ids, labels=None, attention_mask=None, segment_ids=None):
         (logits,), _ = self.outputs(input_ids, attention_mask, segment_ids)
-        if labels is None:
-            return logits, None
-        if self.config.num_labels == 1:
-            return logits, F.mse_loss(logits[:, 0], labels.float())
-        return logits, F.cross_entropy(logits, labels)
+        return logits, None if labels is None else sequence_loss(logits, labels, self.config.multi_label)
 
 
 class OnnxTokenClassification(OnnxModel):

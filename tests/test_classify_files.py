@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 import checkpoints
 import classify
@@ -19,6 +20,7 @@ import glue_data
 import hf_import
 import import_hf
 import main
+import model as model_module
 from config import Config
 from errors import UserError
 from conftest import TEST_DEVICE, one_error_line
@@ -52,6 +54,18 @@ def write_jsonl(path: Path, rows, keys=("text", "label")) -> Path:
     return path
 
 
+def write_each_format(directory: Path, stem: str, rows, as_text=str) -> list[Path]:
+    """The (text, label) rows as a CSV, TSV, JSON lines and parquet file; in the CSV and TSV a label is
+    written as as_text gives it (a list of names: between commas)."""
+    write_csv(directory / f"{stem}.csv", [(text, as_text(label)) for text, label in rows])
+    (directory / f"{stem}.tsv").write_text("label\ttext\n" + "".join(f"{as_text(label)}\t{text}\n"
+                                                                   for text, label in rows))
+    write_jsonl(directory / f"{stem}.jsonl", rows)
+    pq.write_table(pa.table({"text": [text for text, _ in rows], "label": [label for _, label in rows]}),
+                   directory / f"{stem}.parquet")
+    return [directory / f"{stem}.{suffix}" for suffix in ("csv", "tsv", "jsonl", "parquet")]
+
+
 @pytest.fixture
 def workdir(tmp_path, vocab_dir, monkeypatch, keep_signal_handlers, examples) -> Path:
     """The current directory: vocab/, and train.csv, dev.jsonl, test.tsv (no labels) of the examples."""
@@ -80,14 +94,9 @@ def read_rows(path: Path, needs_labels: bool = True) -> glue_data.LabelledRows:
 
 def test_each_format_gives_the_same_examples(tmp_path, examples):
     rows = examples[:40] + [("42", "positive"), ('a "quoted" word, and a comma', "negative")]
-    write_csv(tmp_path / "a.csv", rows)
-    (tmp_path / "a.tsv").write_text("label\ttext\n" + "".join(f"{label}\t{text}\n" for text, label in rows))
-    write_jsonl(tmp_path / "a.jsonl", rows)
-    pq.write_table(pa.table({"text": [text for text, _ in rows], "label": [label for _, label in rows]}),
-                   tmp_path / "a.parquet")
-    for suffix in ("csv", "tsv", "jsonl", "parquet"):
-        read = read_rows(tmp_path / f"a.{suffix}")
-        assert read.texts == [text for text, _ in rows] and read.names == [label for _, label in rows], suffix
+    for path in write_each_format(tmp_path, "a", rows):
+        read = read_rows(path)
+        assert read.texts == [text for text, _ in rows] and read.names == [label for _, label in rows], path
 
 
 def test_labels_are_names_and_numbers_are_their_digits(tmp_path):
@@ -160,6 +169,15 @@ def test_a_label_the_model_lacks_names_the_row_and_whose_labels(tmp_path):
     ({"task_type": "classify", "test_file": "t.csv"}, "test-file goes with train-file"),
     ({"task_type": "classify", "text_column": "review"}, "text-column goes with train-file"),
     ({"task_type": "classify", "label_column": "mood"}, "label-column goes with train-file"),
+    ({"task_type": "classify", "num_labels": 1},
+     "num-labels = 1 (one score a text: regression) reads its numbers from your own files: set train-file and "
+     "validation-file"),
+    ({"task_type": "classify_pair", "num_labels": 1, "labels": "low,high", "train_file": "a.csv",
+      "validation_file": "b.csv"},
+     "labels = low,high names classes, but num-labels = 1 is one score a text (regression)"),
+    ({"task_type": "classify", "multi_label": True}, "multi-label goes with train-file"),
+    ({"task_type": "classify", "multi_label": True, "num_labels": 1, "train_file": "a.csv", "validation_file": "b.csv"},
+     "multi-label = true is any number of classes an example, but num-labels = 1 is one score a text"),
 ])
 def test_the_file_keys_go_with_classify_and_each_other(settings, expected):
     with pytest.raises(UserError) as error:
@@ -415,20 +433,6 @@ def test_a_score_teacher_teaches_on_unlabelled_text(workdir, examples):
     assert len(losses) == 4 and all(np.isfinite(losses))
 
 
-@pytest.mark.parametrize("settings, expected", [
-    ({"task_type": "classify", "num_labels": 1},
-     "num-labels = 1 (one score a text: regression) reads its numbers from your own files: set train-file and "
-     "validation-file"),
-    ({"task_type": "classify_pair", "num_labels": 1, "labels": "low,high", "train_file": "a.csv",
-      "validation_file": "b.csv"},
-     "labels = low,high names classes, but num-labels = 1 is one score a text (regression)"),
-])
-def test_one_score_a_text_comes_from_the_users_files(settings, expected):
-    with pytest.raises(UserError) as error:
-        Config(**settings)
-    assert str(error.value) == f"config: {expected}"
-
-
 def test_a_score_that_is_not_a_number_is_one_line(workdir, capsys):
     write_csv(workdir / "scores.csv", [("a fine film", "4.5"), ("a dull one", "poor"), ("a third", "1")])
     write_csv(workdir / "dev.csv", [("a fine film", "4.5")])
@@ -466,3 +470,101 @@ def test_a_best_metric_the_task_does_not_validate_is_one_line_before_the_first_s
     assert not (workdir / "runs" / "refused").exists()
     with pytest.raises(UserError, match="best-metric = 'F1 macro': expected a validation metric's name"):
         Config(best_metric="F1 macro")
+
+
+# ------------------------------------------------------------------------------ multi-label
+
+def tagged(rows) -> list[tuple[str, list[str]]]:
+    """Each sentence with its tags: its polarity (`mixed`: both), `long` past 20 words; every seventh none."""
+    tags = {"negative": ["negative"], "positive": ["positive"], "mixed": ["negative", "positive"]}
+    return [(text, [] if i % 7 == 3 else tags[mood] + (["long"] if len(text.split()) > 20 else []))
+            for i, (text, mood) in enumerate(rows)]
+
+
+def write_tagged(workdir: Path, rows) -> dict:
+    """train.csv with the tags between commas, dev.jsonl with lists: the run's file keys."""
+    write_csv(workdir / "tags.csv", [(text, ",".join(tags)) for text, tags in rows[:160]])
+    write_jsonl(workdir / "tags.jsonl", rows[160:])
+    return {"multi_label": "true", "train_file": "tags.csv", "validation_file": "tags.jsonl"}
+
+
+def test_a_multi_label_file_reads_lists_or_names_between_commas(tmp_path, examples):
+    rows = tagged(examples[:30])
+    for path in write_each_format(tmp_path, "t", rows, as_text=" , ".join):
+        read = read_rows(path)
+        assert read.name_sets == [tags for _, tags in rows], path
+    examples = glue_data.multi_hot_examples(read, ("long", "negative", "positive"), "the training file's")
+    assert examples.labels.shape == (30, 3) and examples.labels[3].tolist() == [0, 0, 0]
+    assert [set(np.flatnonzero(row)) for row in examples.labels] == [
+        {("long", "negative", "positive").index(tag) for tag in tags} for _, tags in rows]
+    write_jsonl(tmp_path / "n.jsonl", [("a film", [1, "2"]), ("another", None), ("a third", 3)])
+    assert read_rows(tmp_path / "n.jsonl").name_sets == [["1", "2"], [], ["3"]]
+
+
+def test_multi_label_learns_any_number_of_classes_and_every_output_keeps_them(workdir, examples, capsys, tmp_path):
+    files = write_tagged(workdir, tagged(examples))
+    run_dir = fine_tune(**files)
+    best = run_dir / "checkpoints" / "best.pt"
+    saved = checkpoints.load(best)
+    assert saved["model_config"]["multi_label"] and saved["model_config"]["label_names"] == (
+        "long", "negative", "positive")
+    log = (run_dir / "logs" / "log.txt").read_text()
+    validation = [line for line in log.splitlines() if line.startswith("step 4 | val")][0]
+    assert all(f"val {name} " in validation for name in ("loss", "f1_micro", "f1_macro", "subset_accuracy",
+                                                         "hamming_loss"))
+    assert re.search(r"\(true (none|[a-z, ]+)\): ", log) and "f1_micro" in log.split("step 4 | val")[0]
+
+    fine_tune(cp=best, test=True, **files)  # test.tsv has no labels: each text's classes by name
+    predictions = (run_dir / "test_predictions_step4_test.tsv").read_text().splitlines()
+    assert predictions[0] == "index\tprediction" and len(predictions) == 21
+    assert all(set(filter(None, line.split("\t")[1].split(","))) <= {"long", "negative", "positive"}
+               for line in predictions[1:])
+    metrics = fine_tune(cp=best, test=True, **files, test_file="tags.jsonl")
+    assert all(f"val {name} {metrics['test_' + name]:.4f}" in validation for name in ("loss", "f1_micro", "f1_macro"))
+
+    capsys.readouterr()
+    classify.main(["--cp", str(best), "a gorgeous film"])
+    names, chances, text = capsys.readouterr().out.rstrip("\n").split("\t")
+    assert text == "a gorgeous film" and (names, chances) == ("-", "-") or set(names.split(",")) <= {
+        "long", "negative", "positive"}
+    export_hf.main(["--cp", str(best), "-o", str(tmp_path / "hf"), "--quantize", "int8"])
+    exported = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert exported["problem_type"] == "multi_label_classification"
+    report = json.loads((tmp_path / "hf" / "onnx" / "quantization.json").read_text())
+    loss = float(validation.split("val loss ")[1].split(" ")[0])
+    assert report["metric"] == "f1_micro" and report["float32"]["metrics"]["loss"] == pytest.approx(loss, abs=2e-3)
+    from transformers import AutoModelForSequenceClassification
+    theirs = AutoModelForSequenceClassification.from_pretrained(tmp_path / "hf", trust_remote_code=True).eval()
+    ids = torch.tensor([[2, 40, 41, 42, 3]])
+    labels = torch.tensor([[1.0, 0.0, 1.0]])
+    model = checkpoints.restore_model(best, classify.CLASSIFIERS)[0]
+    with torch.no_grad():  # transformers' loss for problem_type multi_label_classification is ours
+        ours, _ = model(ids)
+        assert float(theirs(ids, labels=labels).loss) == pytest.approx(
+            float(model_module.sequence_loss(ours, labels, True)), abs=1e-5)
+    import_hf.main(["-i", str(tmp_path / "hf"), "-o", str(tmp_path / "back.pt")])
+    assert checkpoints.load(tmp_path / "back.pt")["model_config"]["multi_label"]
+
+
+def test_a_model_is_scored_and_continued_as_the_kind_it_is(workdir, examples, capsys):
+    """A multi-label model is not scored as a one-class-an-example one; a new multi-label run from a
+    one-class model's weights gets a new head."""
+    rows = tagged(examples)
+    files = write_tagged(workdir, rows)
+    tags = fine_tune(run_id="tags", **files) / "checkpoints" / "best.pt"
+    write_csv(workdir / "one.csv", [(text, (tags or ["long"])[0]) for text, tags in rows])  # one class a row
+    config = write_config(train_file="one.csv", validation_file="one.csv", test_file="one.csv")
+    line = one_error_line(capsys, lambda: main.main(["--config", str(config), "--cp", str(tags), "--test"]))
+    assert line.endswith("multi-label = True in the checkpoint but False from the config and vocabulary")
+    moods = fine_tune(run_id="moods") / "checkpoints" / "best.pt"
+    run_dir = fine_tune(cp=moods, run_id="from_moods", switch_training=True, **files)
+    assert ("a new head: the checkpoint's picks one class an example (softmax), this run's any number of classes "
+            "(multi-label)") in (run_dir / "logs" / "log.txt").read_text()
+
+
+def test_a_multi_label_file_that_names_no_class_is_one_line(workdir, capsys):
+    write_csv(workdir / "none.csv", [("a fine film", ""), ("a dull one", "")])
+    config = write_config(multi_label="true", train_file="none.csv", run_id="refused")
+    line = one_error_line(capsys, lambda: main.main(["--config", str(config)]))
+    assert line == "error: none.csv: no row names a class in column label: nothing to learn"
+    assert not (workdir / "runs" / "refused").exists()

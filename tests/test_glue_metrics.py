@@ -5,7 +5,7 @@ import pytest
 from scipy.stats import pearsonr, spearmanr
 
 from glue_metrics import (accuracy, cramming_average, f1_score, leaderboard_average, macro_f1, matthews_correlation,
-                          pearson, spearman, task_metrics, task_score)
+                          multi_label_metrics, pearson, spearman, task_metrics, task_score)
 from glue_tasks import TASKS
 
 
@@ -75,3 +75,15 @@ def test_the_averages_give_the_published_numbers():
     without_rte = {name: metrics for name, metrics in BERT_LARGE_TEST.items() if name != "rte"}
     assert leaderboard_average(without_rte) is None and cramming_average(without_rte) is None
     assert cramming_average({name: m for name, m in BERT_LARGE_TEST.items() if name != "wnli"}) is not None
+
+
+def test_multi_label_metrics_by_hand():
+    """Three classes, four examples: class 0 hit twice and once too often, class 1 hit once and missed
+    once, class 2 missed; scikit-learn's f1_score(average=micro/macro), accuracy_score, hamming_loss."""
+    labels = np.array([[1, 0, 1], [0, 0, 0], [1, 1, 0], [0, 1, 0]])
+    predictions = np.array([[1, 0, 0], [0, 0, 0], [1, 0, 0], [1, 1, 0]])
+    metrics = multi_label_metrics(labels, predictions)
+    assert metrics["f1_micro"] == pytest.approx(6 / 9)  # 3 hits, 3 wrong decisions
+    assert metrics["f1_macro"] == pytest.approx((4 / 5 + 2 / 3 + 0) / 3)
+    assert metrics["subset_accuracy"] == 0.25 and metrics["hamming_loss"] == 0.25
+    assert multi_label_metrics(labels, labels)["f1_macro"] == 1.0

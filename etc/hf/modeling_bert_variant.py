@@ -16,7 +16,7 @@ from transformers.models.electra.modeling_electra import ElectraForPreTrainingOu
 from .configuration_bert_variant import BertVariantConfig
 from .model import (IGNORE_INDEX, BertForCausalLM, BertForMaskedLM, BertForPreTraining, BertForQuestionAnswering,
                     BertForSequenceClassification, BertForTokenClassification, ElectraForPreTraining, Embeddings,
-                    Encoder, ModelConfig, Rotary, init_weights, rotary_angles, sinusoidal_positions)
+                    Encoder, ModelConfig, Rotary, init_weights, rotary_angles, sequence_loss, sinusoidal_positions)
 
 TIED = {"head.token_embedding.weight": "encoder.embeddings.token.weight"}  # the MLM decoder is the embedding
 
@@ -148,14 +148,17 @@ class BertVariantForCausalLM(BertVariantPreTrainedModel):
 
 
 class BertVariantForSequenceClassification(BertVariantPreTrainedModel):
-    """The program's classifier (cls or mean pooling); with one label a regression (mean squared error)."""
+    """The program's classifier (cls or mean pooling); with one label a regression (mean squared error),
+    multi-label with problem_type = multi_label_classification."""
 
     def __init__(self, config):
         super().__init__(config)
         self.adopt(BertForSequenceClassification(model_config(config)))
         self.post_init()
 
-    loss = BertForSequenceClassification.loss
+    def loss(self, logits, labels):
+        """The program's loss for transformers' problem_type (multi-label: a sigmoid a class)."""
+        return sequence_loss(logits, labels, getattr(self.config, "problem_type", None) == "multi_label_classification")
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
         logits, loss = BertForSequenceClassification.forward(self, input_ids, labels, real_tokens(attention_mask),
