@@ -159,9 +159,10 @@ def pearson_from_sums(sums: np.ndarray) -> float | None:
 
 
 class ClassificationTask(FineTuningTask):
-    """A classifier (or a regressor: STS-B's, or classify(_pair) with num-labels = 1) on BERT, examples
-    in, labels out. best.pt goes by the task's GLUE score: its metric, or the mean of its two (MRPC,
-    QQP, STS-B and regressions: Pearson's and Spearman's correlations).
+    """A classifier (one class an example, or with multi-label any number: micro-F1) or a regressor
+    (STS-B's, or classify(_pair) with num-labels = 1) on BERT, examples in, labels out. best.pt goes by
+    the task's GLUE score: its metric, or the mean of its two (MRPC, QQP, STS-B and regressions:
+    Pearson's and Spearman's correlations).
 
     With a teacher (a classifier of the same task, of any size), the student also learns the
     teacher's logits by mean squared error (Tang et al. 2019), on its training examples and on the
@@ -179,7 +180,6 @@ class ClassificationTask(FineTuningTask):
         # classify(_pair)'s classes have names where the user gave them (labels) or its own files name them
         self.named = config.task_type in USER_CLASS_TASKS and bool(config.given_labels or config.train_file) \
             and not self.glue_task.is_regression
-        self.multi_label = self.glue_task.multi_label
         self.names_from_data = bool(self.named and not config.given_labels)  # until a checkpoint's are taken
         self.whose = "the training file's"  # whose names the data is read against, for messages
         self.teacher = None  # loaded once the training split has named the classes
@@ -195,6 +195,10 @@ class ClassificationTask(FineTuningTask):
     @property
     def num_labels(self) -> int:
         return self.glue_task.num_labels
+
+    @property
+    def multi_label(self) -> bool:
+        return self.glue_task.multi_label
 
     def split_names(self, split: str) -> tuple[str, ...]:
         """glue_tasks.py's names of a split's parts: val is every dev split, test every test split."""
@@ -276,7 +280,8 @@ class ClassificationTask(FineTuningTask):
 
     def loss(self, model, batch: dict, generator=None, mask_rate=None):
         """Mean loss and summed statistics of the labelled examples: [count, confusion matrix...] for a
-        classifier, [count, regression_sums...] for a regressor; no host sync. With a teacher, the mean
+        classifier, [count, multi_label_sums...] multi-label, [count, regression_sums...] for a regressor;
+        no host sync. With a teacher, the mean
         squared error to its logits over every example is added."""
         logits, _ = self.outputs(model, {**batch, "labels": None})
         labels = batch["labels"]
@@ -295,7 +300,8 @@ class ClassificationTask(FineTuningTask):
         return loss, torch.cat([known.sum()[None], confusion])
 
     def labelled_loss(self, logits: torch.Tensor, labels: torch.Tensor, known: torch.Tensor) -> torch.Tensor:
-        """The model's loss (cross-entropy, or a regression's squared error) over the rows with a label."""
+        """The model's loss over the rows with a label: cross-entropy, a regression's squared error, or
+        multi-label the binary cross-entropy of each class's decision (as model.sequence_loss)."""
         if self.glue_task.is_regression:
             each = F.mse_loss(logits[:, 0].float(), labels.float().nan_to_num(), reduction="none")
         elif self.multi_label:
