@@ -1,8 +1,8 @@
 """Fine-tuning on a sentence or a sentence pair (task.Task): every GLUE task (glue_tasks.py has the
 table, glue_data.py the readers of both layouts, pair_encoding.py the inputs, glue_metrics.py the
 metrics), and `classify` and `classify_pair`, any classification of one text or of a pair: the user's
-own files (train-file, labels by name, or a score to predict with num-labels = 1) or SST-2's and RTE's
-layouts with num-labels classes.
+own files (labelled_files.py: labels by name, a list of them with multi-label, or a score to predict
+with num-labels = 1) or SST-2's and RTE's layouts with num-labels classes.
 
 Batches are padded to their own longest example (batching.pad_multiple's rounding), not to seq-len:
 SST-2 sentences average about 10 words, so most of a 128-wide batch would be padding. With
@@ -53,25 +53,6 @@ def glue_task_of(config, names: tuple[str, ...] = ()) -> glue_tasks.GlueTask:
         predictions = f"{Path(config.test_file or 'test').stem}.tsv"  # beside the run: test_predictions_stepN_NAME.tsv
         task = dataclasses.replace(task, submission_files={"test": predictions}, server_wants_names=True)
     return task
-
-
-def labelled_file(config, split: str) -> Path:
-    """The user's own file of a split (train-file, validation-file, test-file)."""
-    path = {"train": config.train_file, "validation": config.validation_file, "test": config.test_file}[split]
-    if not path:
-        raise UserError(f"--test needs test-file: task-type = {config.task_type} reads its examples from "
-                        f"train-file, validation-file and test-file")
-    return Path(path)
-
-
-def text_columns(config) -> tuple[tuple[str, ...], ...]:
-    """The columns a user's file holds its texts in: each the one its key names, else the first of
-    glue_data's candidates the file has."""
-    if config.task_type == "classify":
-        return ((config.text_column,),) if config.text_column else glue_data.TEXT_COLUMNS
-    first, second = glue_data.PAIR_COLUMNS
-    return ((config.text_column,) if config.text_column else first,
-            (config.text_pair_column,) if config.text_pair_column else second)
 
 
 @dataclass
@@ -242,18 +223,20 @@ class ClassificationTask(FineTuningTask):
         the classes unless they have names already (labels, a checkpoint)."""
         if not self.config.train_file:
             return glue_data.read_split(self.config.glue_path, self.glue_task, name)
-        rows = glue_data.read_labelled_rows(labelled_file(self.config, name), text_columns(self.config),
-                                            self.config.label_column, needs_labels=split != "test")
+        import labelled_files  # a run on GLUE's layouts reads none of the user's files
+        rows = labelled_files.read_labelled_rows(labelled_files.labelled_file(self.config, name),
+                                                 labelled_files.text_columns(self.config), self.config.label_column,
+                                                 needs_labels=split != "test")
         if self.glue_task.is_regression:
-            return glue_data.scored_examples(rows)
+            return labelled_files.scored_examples(rows)
         if split == "train" and self.names_from_data:
             names = [name for row in rows.name_sets for name in row] if self.multi_label else rows.names
             if not names:
                 raise UserError(f"{rows.path}: no row names a class in column {rows.column}: nothing to learn")
-            self.use_names(glue_data.ordered_names(names), "the training file's")
+            self.use_names(labelled_files.ordered_names(names), "the training file's")
         if self.multi_label:
-            return glue_data.multi_hot_examples(rows, self.glue_task.label_names, self.whose)
-        return glue_data.labelled_examples(rows, self.glue_task.label_names, self.whose)
+            return labelled_files.multi_hot_examples(rows, self.glue_task.label_names, self.whose)
+        return labelled_files.labelled_examples(rows, self.glue_task.label_names, self.whose)
 
     def read_part(self, split: str, name: str) -> Part:
         examples = self.read_examples(split, name)

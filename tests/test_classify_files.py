@@ -19,6 +19,7 @@ import export_hf
 import glue_data
 import hf_import
 import import_hf
+import labelled_files
 import main
 import model as model_module
 from config import Config
@@ -87,9 +88,9 @@ def fine_tune(cp: Path | None = None, test: bool = False, switch_training: bool 
 
 # ------------------------------------------------------------------------------ reading the files
 
-def read_rows(path: Path, needs_labels: bool = True) -> glue_data.LabelledRows:
+def read_rows(path: Path, needs_labels: bool = True) -> labelled_files.LabelledRows:
     """A one-text file's rows, its text in `text` or `sentence`, its label in `label`."""
-    return glue_data.read_labelled_rows(path, glue_data.TEXT_COLUMNS, "label", needs_labels)
+    return labelled_files.read_labelled_rows(path, labelled_files.TEXT_COLUMNS, "label", needs_labels)
 
 
 def test_each_format_gives_the_same_examples(tmp_path, examples):
@@ -103,9 +104,9 @@ def test_labels_are_names_and_numbers_are_their_digits(tmp_path):
     write_jsonl(tmp_path / "n.jsonl", [("one", 1), ("two", 2.0), ("ten", 10), ("three", " 3 ")])
     read = read_rows(tmp_path / "n.jsonl")
     assert read.names == ["1", "2", "10", "3"]
-    assert glue_data.ordered_names(read.names) == ("1", "2", "3", "10")  # as numbers where all are
-    assert glue_data.ordered_names(["b", "10", "a", "2"]) == ("10", "2", "a", "b")
-    examples = glue_data.labelled_examples(read, ("1", "2", "3", "10"), "the training file's")
+    assert labelled_files.ordered_names(read.names) == ("1", "2", "3", "10")  # as numbers where all are
+    assert labelled_files.ordered_names(["b", "10", "a", "2"]) == ("10", "2", "a", "b")
+    examples = labelled_files.labelled_examples(read, ("1", "2", "3", "10"), "the training file's")
     assert examples.labels.tolist() == [0, 1, 3, 2] and examples.index.tolist() == [0, 1, 2, 3]
 
 
@@ -113,7 +114,7 @@ def test_the_text_column_is_text_else_sentence_or_as_named(tmp_path):
     write_csv(tmp_path / "s.csv", [("a film", "1")], header=("sentence", "label"))
     assert read_rows(tmp_path / "s.csv").texts == ["a film"]
     write_csv(tmp_path / "r.csv", [("a film", "x", "good")], header=("review", "text", "mood"))
-    read = glue_data.read_labelled_rows(tmp_path / "r.csv", (("review",),), "mood", True)
+    read = labelled_files.read_labelled_rows(tmp_path / "r.csv", (("review",),), "mood", True)
     assert read.texts == ["a film"] and read.names == ["good"]
 
 
@@ -128,7 +129,7 @@ def test_a_test_file_may_leave_its_labels_out(tmp_path):
     (tmp_path / "t.tsv").write_text("text\nfine\ndull\n")
     read = read_rows(tmp_path / "t.tsv", needs_labels=False)
     assert read.names is None
-    examples = glue_data.labelled_examples(read, ("a", "b"), "the training file's")
+    examples = labelled_files.labelled_examples(read, ("a", "b"), "the training file's")
     assert examples.labels_hidden and examples.first == ["fine", "dull"]
 
 
@@ -158,7 +159,7 @@ def test_a_label_the_model_lacks_names_the_row_and_whose_labels(tmp_path):
     read = read_rows(tmp_path / "d.csv")
     with pytest.raises(UserError, match=r"d.csv: row 2, column label: label 'neutral' is not one of the "
                                         r"checkpoint's labels \(negative, positive\)$"):
-        glue_data.labelled_examples(read, ("negative", "positive"), "the checkpoint's")
+        labelled_files.labelled_examples(read, ("negative", "positive"), "the checkpoint's")
 
 
 @pytest.mark.parametrize("settings, expected", [
@@ -261,7 +262,7 @@ def test_numbered_labels_read_as_the_sst2_layout_reads_them(workdir, rotten_toma
     write_csv(workdir / "numbers.csv", rows)
     pq.write_table(pa.table({"sentence": [text for text, _ in rows], "label": [label for _, label in rows]}),
                    workdir / "train-00000-of-00001.parquet")
-    from_file = glue_data.labelled_examples(read_rows(workdir / "numbers.csv"), ("0", "1"), "the training file's")
+    from_file = labelled_files.labelled_examples(read_rows(workdir / "numbers.csv"), ("0", "1"), "the training file's")
     from_layout = glue_data.read_split(workdir, "sst2", "train")
     assert from_file.first == from_layout.first and np.array_equal(from_file.labels, from_layout.labels)
 
@@ -319,15 +320,16 @@ def test_a_pair_file_reads_both_texts_by_either_name(tmp_path):
     write_csv(tmp_path / "glue.csv", rows, header=("sentence1", "sentence2", "label"))
     write_jsonl(tmp_path / "hf.jsonl", rows, keys=("text", "text_pair", "label"))
     write_csv(tmp_path / "own.csv", rows, header=("query", "passage", "relevant"))
-    for path, columns, label in ((tmp_path / "glue.csv", glue_data.PAIR_COLUMNS, "label"),
-                                 (tmp_path / "hf.jsonl", glue_data.PAIR_COLUMNS, "label"),
+    for path, columns, label in ((tmp_path / "glue.csv", labelled_files.PAIR_COLUMNS, "label"),
+                                 (tmp_path / "hf.jsonl", labelled_files.PAIR_COLUMNS, "label"),
                                  (tmp_path / "own.csv", (("query",), ("passage",)), "relevant")):
-        read = glue_data.read_labelled_rows(path, columns, label, needs_labels=True)
+        read = labelled_files.read_labelled_rows(path, columns, label, needs_labels=True)
         assert read.texts == ["a film", "a film"] and read.pairs == ["the same film", "a storm"], path
-        assert glue_data.labelled_examples(read, ("different", "same"), "").second == read.pairs
+        assert labelled_files.labelled_examples(read, ("different", "same"), "").second == read.pairs
     with pytest.raises(UserError, match=r"own.csv: missing column text_pair or sentence2 \(columns: query, passage, "
                                         r"relevant\)$"):
-        glue_data.read_labelled_rows(tmp_path / "own.csv", (("query",), ("text_pair", "sentence2")), "relevant", True)
+        labelled_files.read_labelled_rows(tmp_path / "own.csv", (("query",), ("text_pair", "sentence2")), "relevant",
+                                          True)
 
 
 def test_a_pair_column_goes_with_classify_pair():
@@ -493,7 +495,7 @@ def test_a_multi_label_file_reads_lists_or_names_between_commas(tmp_path, exampl
     for path in write_each_format(tmp_path, "t", rows, as_text=" , ".join):
         read = read_rows(path)
         assert read.name_sets == [tags for _, tags in rows], path
-    examples = glue_data.multi_hot_examples(read, ("long", "negative", "positive"), "the training file's")
+    examples = labelled_files.multi_hot_examples(read, ("long", "negative", "positive"), "the training file's")
     assert examples.labels.shape == (30, 3) and examples.labels[3].tolist() == [0, 0, 0]
     assert [set(np.flatnonzero(row)) for row in examples.labels] == [
         {("long", "negative", "positive").index(tag) for tag in tags} for _, tags in rows]
