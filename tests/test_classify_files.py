@@ -22,6 +22,7 @@ import import_hf
 import labelled_files
 import main
 import model as model_module
+import onnx_model
 from config import Config
 from errors import UserError
 from conftest import TEST_DEVICE, one_error_line
@@ -544,6 +545,10 @@ def test_multi_label_learns_any_number_of_classes_and_every_output_keeps_them(wo
         ours, _ = model(ids)
         assert float(theirs(ids, labels=labels).loss) == pytest.approx(
             float(model_module.sequence_loss(ours, labels, True)), abs=1e-5)
+    graph, vocab, _ = onnx_model.restore_model(tmp_path / "hf", classify.CLASSIFIERS)  # serving: the graph's sigmoids
+    sentences = [text for text, _ in examples[160:170]]
+    expected, found = (classify.classify(each, vocab, sentences, None, 32) for each in (model, graph))
+    assert np.allclose([chances for _, chances in found], [chances for _, chances in expected], atol=1e-4)
     import_hf.main(["-i", str(tmp_path / "hf"), "-o", str(tmp_path / "back.pt")])
     assert checkpoints.load(tmp_path / "back.pt")["model_config"]["multi_label"]
 
