@@ -347,10 +347,11 @@ class ClassificationTask(FineTuningTask):
         return logits[:, 0].float() if self.glue_task.is_regression else logits.argmax(-1)
 
     def submission(self, model, split: str, autocast) -> dict[str, list[str]] | None:
-        """Where the split's labels are hidden (GLUE's test sets): the GLUE server's file name of each
-        part -> its lines (`index<TAB>prediction`); else None."""
+        """Where the split's labels are hidden (GLUE's test sets), the GLUE server's file name of each
+        part -> its lines (`index<TAB>prediction`); for the user's own test file, labelled or not, its
+        predictions (`index<TAB>prediction`, by name); else None."""
         parts = self.parts(split)
-        if not all(part.examples.labels_hidden for part in parts):
+        if self.labels_known(split) and not self.config.train_file:
             return None
         files = {}
         for part in parts:
@@ -359,6 +360,9 @@ class ClassificationTask(FineTuningTask):
             name = self.glue_task.submission_files[part.name]
             files[name] = glue_tasks.submission_lines(self.glue_task, predictions, index)
         return files
+
+    def labels_known(self, split: str) -> bool:
+        return not all(part.examples.labels_hidden for part in self.parts(split))
 
     @torch.no_grad()
     def predict(self, model, part: Part, autocast) -> np.ndarray:

@@ -125,6 +125,9 @@ class FineTuningTask:
     def submission(self, model, split: str, autocast):
         return None  # every split has its labels: GLUE's test sets hide theirs (ClassificationTask)
 
+    def labels_known(self, split: str) -> bool:
+        return True
+
 
 def pooled_share(config) -> float:
     """The share of the tokens a pooled model's last layer computes (model.pooled_rows): one a row with

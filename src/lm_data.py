@@ -361,6 +361,9 @@ class CorpusTask:
     def submission(self, model, split: str, autocast) -> None:
         return None  # every split has its targets
 
+    def labels_known(self, split: str) -> bool:
+        return True
+
     def train_batches(self, position: dict | None):
         return self.data.train_batches(position)
 

@@ -65,7 +65,11 @@ class Task(Protocol):
         """A few validation predictions as text, for the log."""
 
     def submission(self, model: nn.Module, split: str, autocast) -> dict[str, list[str]] | None:
-        """Where the split's labels are hidden (GLUE test sets): each predictions file's name -> its lines."""
+        """Each predictions file's name -> its lines, where the task writes them for the split: GLUE's
+        test sets (their labels hidden), the user's own test file; else None."""
+
+    def labels_known(self, split: str) -> bool:
+        """Whether the split's labels are known, so --test scores it (GLUE's test sets hide theirs)."""
 
 
 @torch.no_grad()

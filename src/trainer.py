@@ -347,18 +347,19 @@ class Trainer:
 
     def test(self, checkpoint_path: Path, saved: dict) -> dict:
         """Score a checkpoint (`saved`, as loaded) on the test split and save the metrics in its run
-        directory; where the labels are hidden (GLUE), write the predictions as a submission file instead."""
+        directory; write the predictions where the task gives them: as a submission file where the
+        labels are hidden (GLUE), then instead of scores; for the user's own test file, beside them."""
         model = self.restored_model(saved, checkpoint_path)
         run_dir = checkpoints.run_dir_of(checkpoint_path) or checkpoint_path.parent
         step = saved["step"]
-        files = self.task.submission(model, "test", self.autocast)
-        if files is not None:
-            written = []
-            for name, lines in files.items():
-                target = run_dir / f"test_predictions_step{step}_{name}"
-                atomic_write(target, lambda temp, lines=lines: temp.write_text("\n".join(lines) + "\n"))
-                print(f"the test labels are hidden: wrote {len(lines) - 1} predictions to {target}")
-                written.append(str(target))
+        written = []
+        for name, lines in (self.task.submission(model, "test", self.autocast) or {}).items():
+            target = run_dir / f"test_predictions_step{step}_{name}"
+            atomic_write(target, lambda temp, lines=lines: temp.write_text("\n".join(lines) + "\n"))
+            print(f"wrote {len(lines) - 1} predictions to {target}")
+            written.append(str(target))
+        if not self.task.labels_known("test"):
+            print("the test labels are hidden: predictions only, no scores")
             return {"predictions": written}
         batches = self.task.eval_batches("test", self.config.test_iters or None)
         metrics = self.task.evaluate(model, batches, self.autocast)

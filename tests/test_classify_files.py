@@ -208,6 +208,10 @@ def test_a_run_names_its_classes_and_every_output_keeps_them(workdir, capsys, tm
     validation = [line for line in log.splitlines() if line.startswith("step 4 | val")][0]
     assert f"val accuracy {metrics['test_accuracy']:.4f}" in validation  # the same examples, the same score
     assert f"val f1_macro {metrics['test_f1_macro']:.4f}" in validation and 0 <= metrics["test_f1_macro"] <= 1
+    lines = (run_dir / "test_predictions_step4_test.tsv").read_text().splitlines()[1:]  # beside the scores
+    truth = [label for _, label in json_rows(workdir / "dev.jsonl")]
+    assert np.mean([line.split("\t")[1] == label for line, label in zip(lines, truth, strict=True)]) == \
+        pytest.approx(metrics["test_accuracy"])
 
     best = str(run_dir / "checkpoints" / "best.pt")
     Path("config.ini").write_text(Path("config.ini").read_text().replace("test-file = test.csv\n", ""))
