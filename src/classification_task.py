@@ -349,32 +349,48 @@ class ClassificationTask(FineTuningTask):
     def submission(self, model, split: str, autocast) -> dict[str, list[str]] | None:
         """Where the split's labels are hidden (GLUE's test sets), the GLUE server's file name of each
         part -> its lines (`index<TAB>prediction`); for the user's own test file, labelled or not, its
-        predictions (`index<TAB>prediction`, by name); else None."""
+        predictions by name and how sure each is (`index<TAB>prediction<TAB>probability`; a score
+        alone for a regression); else None."""
         parts = self.parts(split)
         if self.labels_known(split) and not self.config.train_file:
             return None
         files = {}
         for part in parts:
-            predictions = self.predict(model, part, autocast)
+            logits = self.part_logits(model, part, autocast)
             index = part.examples.index[np.arange(len(part))[self.order.rank::self.order.world_size]]
-            name = self.glue_task.submission_files[part.name]
-            files[name] = glue_tasks.submission_lines(self.glue_task, predictions, index)
+            lines = glue_tasks.submission_lines(self.glue_task, self.predicted(logits).numpy(), index)
+            if self.config.train_file and not self.glue_task.is_regression:
+                lines = [f"{line}\t{sure}" for line, sure in zip(lines, ["probability", *self.certainty(logits)])]
+            files[self.glue_task.submission_files[part.name]] = lines
         return files
+
+    def certainty(self, logits: torch.Tensor) -> list[str]:
+        """Each prediction's probability: the class's softmax, or a multi-label model's sigmoids of the
+        classes it predicts, between commas."""
+        if self.multi_label:  # the classes predicted() picks, by the same rule
+            picked = self.predicted(logits).tolist()
+            return [",".join(f"{chance:.3f}" for chance, chosen in zip(row, picks) if chosen)
+                    for row, picks in zip(logits.sigmoid().tolist(), picked)]
+        return [f"{chance:.3f}" for chance in logits.softmax(-1).amax(-1).tolist()]
 
     def labels_known(self, split: str) -> bool:
         return not all(part.examples.labels_hidden for part in self.parts(split))
 
-    @torch.no_grad()
     def predict(self, model, part: Part, autocast) -> np.ndarray:
         """Predictions for a part, in its order (this rank's share)."""
+        return self.predicted(self.part_logits(model, part, autocast)).numpy()
+
+    @torch.no_grad()
+    def part_logits(self, model, part: Part, autocast) -> torch.Tensor:
+        """The model's outputs for a part, in its order (this rank's share), float32 on the CPU."""
         model.eval()
-        predictions = []
+        logits = []
         for batch in self.part_batches(part):
             with autocast:
-                logits, _ = self.outputs(model, {**batch, "labels": None})
-            predictions.append(self.predicted(logits).cpu().numpy())
+                outputs, _ = self.outputs(model, {**batch, "labels": None})
+            logits.append(outputs.float().cpu())
         model.train()
-        return np.concatenate(predictions)
+        return torch.cat(logits)
 
     @torch.no_grad()
     def show_predictions(self, model, autocast) -> str:

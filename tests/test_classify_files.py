@@ -199,8 +199,9 @@ def test_a_run_names_its_classes_and_every_output_keeps_them(workdir, capsys, tm
 
     fine_tune(cp=run_dir / "checkpoints" / "best.pt", test=True)  # test.tsv has no labels
     predictions = (run_dir / "test_predictions_step4_test.tsv").read_text().splitlines()
-    assert predictions[0] == "index\tprediction" and len(predictions) == 21
+    assert predictions[0] == "index\tprediction\tprobability" and len(predictions) == 21
     assert {line.split("\t")[1] for line in predictions[1:]} <= set(MOODS)
+    assert all(1 / 3 <= float(line.split("\t")[2]) <= 1 for line in predictions[1:])  # the largest of 3
     assert [line.split("\t")[0] for line in predictions[1:]] == [str(row) for row in range(20)]
 
     write_csv(workdir / "test.csv", [(text, label) for text, label in json_rows(workdir / "dev.jsonl")])
@@ -523,9 +524,11 @@ def test_multi_label_learns_any_number_of_classes_and_every_output_keeps_them(wo
 
     fine_tune(cp=best, test=True, **files)  # test.tsv has no labels: each text's classes by name
     predictions = (run_dir / "test_predictions_step4_test.tsv").read_text().splitlines()
-    assert predictions[0] == "index\tprediction" and len(predictions) == 21
-    assert all(set(filter(None, line.split("\t")[1].split(","))) <= {"long", "negative", "positive"}
-               for line in predictions[1:])
+    assert predictions[0] == "index\tprediction\tprobability" and len(predictions) == 21
+    for line in predictions[1:]:  # the classes above 0.5 and their sigmoids, or neither
+        names, chances = (list(filter(None, field.split(","))) for field in line.split("\t")[1:])
+        assert set(names) <= {"long", "negative", "positive"} and len(names) == len(chances)
+        assert all(0.5 <= float(chance) <= 1 for chance in chances)
     metrics = fine_tune(cp=best, test=True, **files, test_file="tags.jsonl")
     assert all(f"val {name} {metrics['test_' + name]:.4f}" in validation for name in ("loss", "f1_micro", "f1_macro"))
 
