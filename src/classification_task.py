@@ -116,10 +116,10 @@ def known_labels(labels: torch.Tensor) -> torch.Tensor:
     return ~torch.isnan(labels).any(-1) if labels.dim() == 2 else ~torch.isnan(labels)
 
 
-def multi_label_sums(logits: torch.Tensor, labels: torch.Tensor, known: torch.Tensor) -> torch.Tensor:
+def multi_label_sums(predicted: torch.Tensor, labels: torch.Tensor, known: torch.Tensor) -> torch.Tensor:
     """[examples right in every class, true positives, wrong decisions] over the known rows: enough for
     subset accuracy and micro-F1 by addition."""
-    predicted, true = logits > 0, labels > 0.5
+    predicted, true = predicted.bool(), labels > 0.5
     wrong = (predicted != true) & known[:, None]
     return torch.stack([((~wrong).all(-1) & known).sum(), (predicted & true & known[:, None]).sum(), wrong.sum()])
 
@@ -278,7 +278,7 @@ class ClassificationTask(FineTuningTask):
             sums = regression_sums(logits[:, 0], labels, known)
             return loss, torch.cat([sums[:1], sums])
         if self.multi_label:
-            return loss, torch.cat([known.sum()[None], multi_label_sums(logits, labels, known)])
+            return loss, torch.cat([known.sum()[None], multi_label_sums(self.predicted(logits), labels, known)])
         confusion = confusion_matrix(logits.argmax(-1), labels, self.num_labels, known)
         return loss, torch.cat([known.sum()[None], confusion])
 
@@ -409,9 +409,9 @@ class ClassificationTask(FineTuningTask):
                 lines.append(f"  {float(logits[row, 0]):.2f} (true {float(batch['labels'][row]):.2f}): {text}")
                 continue
             if self.multi_label:
-                chances = logits[row].float().sigmoid().tolist()
-                chosen = ", ".join(f"{self.label_name(label)} {chance:.2f}" for label, chance in enumerate(chances)
-                                   if chance > 0.5) or "none"
+                chances, picks = logits[row].float().sigmoid().tolist(), self.predicted(logits[row]).tolist()
+                chosen = ", ".join(f"{self.label_name(label)} {chance:.2f}" for label, (chance, picked)
+                                   in enumerate(zip(chances, picks)) if picked) or "none"
                 true = ", ".join(self.label_name(label) for label, value in enumerate(batch["labels"][row].tolist())
                                  if value > 0.5) or "none"
                 lines.append(f"  {chosen} (true {true}): {text}")

@@ -196,8 +196,8 @@ class Config:
     train_file: str = key("", "classify(_pair): your own training examples, a .csv, .tsv, .jsonl or .parquet file "
                           "with a text (two) and a label column (with validation-file; in place of glue-dir's layout)")
     validation_file: str = key("", "classify(_pair): the examples each validation scores (best.pt goes by them)")
-    test_file: str = key("", "classify(_pair): the examples --test scores; without their label column, --test writes "
-                         "each one's predicted label")
+    test_file: str = key("", "classify(_pair): the examples --test scores, writing each one's prediction and its "
+                         "probability beside the scores (without a label column, those alone)")
     text_column: str = key("", "classify, with train-file: the text's column; empty: text, else sentence "
                            "(classify_pair: the first text's; empty: text, else sentence1)")
     text_pair_column: str = key("", "classify_pair, with train-file: the second text's column; empty: text_pair, "
