@@ -135,19 +135,27 @@ def guarded(path, reader, *args):
         raise corrupt(path, f"{error.__class__.__name__}: {error}") from None
 
 
+def first_member(path) -> tuple[bytes, int] | None:
+    """The gunzipped bytes of the file's first gzip member and that member's length on disk; None for a
+    file that does not start with a whole gzip member."""
+    member = zlib.decompressobj(wbits=31)  # gzip; stops at the end of the first member
+    data, read = b"", 0
+    with open(path, "rb") as file:
+        if file.read(2) != GZIP_MAGIC:
+            return None
+        file.seek(0)
+        while not member.eof and (raw := file.read(1 << 16)):
+            read += len(raw)
+            data += member.decompress(raw)
+    return (data, read - len(member.unused_data)) if member.eof else None
+
+
 def read_header(path) -> dict | None:
     """The header a file of ours starts with, from its first gzip member alone (a file cut short
     further on still shows it); None for another file (the original project's shards)."""
-    member = zlib.decompressobj(wbits=31)  # gzip; stops at the end of the first member
-    data = b""
     try:
-        with open(path, "rb") as file:
-            if file.read(2) != GZIP_MAGIC:
-                return None
-            file.seek(0)
-            while not member.eof and (raw := file.read(1 << 16)):
-                data += member.decompress(raw)
-        if not member.eof or not data or not (0x80 <= data[0] <= 0x8F or data[0] in (0xDE, 0xDF)):  # a map
+        data, _ = first_member(path) or (b"", 0)
+        if not data or not (0x80 <= data[0] <= 0x8F or data[0] in (0xDE, 0xDF)):  # a map
             return None
         header = msgpack.unpackb(data, raw=False)
     except (OSError, *CORRUPT_ERRORS):
@@ -156,6 +164,14 @@ def read_header(path) -> dict | None:
 
 
 def is_whole(path, header: dict) -> bool:
-    """Whether the file has the size its header says (body_bytes): a cut copy has not."""
+    """Whether the file is as long as its header member plus the body size the header records
+    (body_bytes): a cut copy is not. The header member's length is the one on disk, not that of
+    compressing the header again here: another zlib (another version, zlib-ng) gives other bytes."""
     body_bytes = header.get("body_bytes")
-    return isinstance(body_bytes, int) and Path(path).stat().st_size == len(header_member(header)) + body_bytes
+    if not isinstance(body_bytes, int):
+        return False
+    try:
+        _, header_bytes = first_member(path) or (b"", None)
+    except zlib.error:  # a damaged header member
+        return False
+    return header_bytes is not None and Path(path).stat().st_size == header_bytes + body_bytes

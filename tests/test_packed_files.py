@@ -1,11 +1,14 @@
 """src/packed_files.py: the container of shards and token streams: the header written last comes
 first, a file is whole or absent, equal inputs give equal bytes, and a damaged or missing file is
 one line naming it."""
+import zlib
+
 import msgpack
 import numpy as np
 import pytest
 
-from packed_files import HeaderFirstFile, ShardError, guarded, is_whole, open_stream, unpacker
+from packed_files import (HeaderFirstFile, ShardError, guarded, header_member, is_whole, open_stream, read_header,
+                          unpacker)
 
 HEADER = {"format": "test", "samples": 3}
 BLOCKS = [{"tokens": np.arange(n, dtype=np.uint16).tobytes()} for n in (5, 7, 9)]
@@ -61,3 +64,37 @@ def test_a_damaged_file_is_one_line_naming_it(tmp_path, damage):
 def test_a_missing_file_is_one_line_naming_it(tmp_path):
     with pytest.raises(ShardError, match=f"^{tmp_path / 'absent.msgpack'}: cannot read"):
         open_stream(tmp_path / "absent.msgpack")
+
+
+def header_compressed_elsewhere(path, level: int, strategy: int) -> dict:
+    """Rewrite the file's header member as another zlib (another version, zlib-ng) might compress the
+    same header: equal when gunzipped, another length on disk. Returns the header."""
+    header = read_header(path)
+    whole, ours = path.read_bytes(), header_member(header)
+    assert whole.startswith(ours)
+    packer = zlib.compressobj(level, zlib.DEFLATED, 31, 9, strategy)  # wbits 31: a gzip member
+    theirs = packer.compress(msgpack.packb(header, use_bin_type=True)) + packer.flush()
+    assert len(theirs) != len(ours)
+    path.write_bytes(theirs + whole[len(ours):])
+    return header
+
+
+@pytest.mark.parametrize("level, strategy", [(0, zlib.Z_DEFAULT_STRATEGY), (9, zlib.Z_HUFFMAN_ONLY)])
+def test_a_file_whose_header_another_zlib_compressed_is_whole_and_reads_the_same(tmp_path, level, strategy):
+    path = write(tmp_path / "data.msgpack.gz")
+    header = header_compressed_elsewhere(path, level, strategy)
+    assert is_whole(path, header) and read_all(path) == [header, *BLOCKS]
+
+
+def test_a_cut_file_is_not_whole_whatever_compressed_its_header(tmp_path):
+    path = write(tmp_path / "data.msgpack.gz")
+    header = read_header(path)
+    whole = path.read_bytes()
+    path.write_bytes(whole[:-1])
+    assert read_header(path) == header and not is_whole(path, header)
+    path.write_bytes(whole + b"\0")  # nor one with bytes after its end
+    assert not is_whole(path, header)
+    path.write_bytes(whole)
+    header = header_compressed_elsewhere(path, 0, zlib.Z_DEFAULT_STRATEGY)
+    path.write_bytes(path.read_bytes()[:-1])
+    assert not is_whole(path, header)
