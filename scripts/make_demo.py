@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # runs train_vocab.py and prepare_mlm_dataset.py
+from atomic import temp_path  # noqa: E402
 from config import RULES  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from input_files import find_inputs  # noqa: E402
@@ -92,7 +93,7 @@ def clean_sentence(text: str) -> str:
 def atomic_path(target: Path):
     """Yield a temporary path next to target; rename it onto target only if the block succeeds."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    temporary = temp_path(target)
     try:
         yield temporary
         os.replace(temporary, target)

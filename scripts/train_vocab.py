@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+from atomic import temp_path  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from input_files import BadRecords, InputFile, add_input_arguments, find_inputs, read_documents  # noqa: E402
 from preparation import output_dir  # noqa: E402
@@ -48,7 +49,7 @@ def train_vocab(inputs: list[InputFile], out_dir: Path, vocab_size: int, min_fre
         if len(tokenizer.get_vocab()) <= len(SPECIAL_TOKENS):  # blank lines only: nothing to write
             raise UserError(f"{', '.join(map(str, inputs))}: no text to learn a vocabulary from")
     target = out_dir / "vocab.txt"
-    temp = out_dir / f".vocab.txt.{os.getpid()}.tmp"  # renamed when complete: never half a vocabulary
+    temp = temp_path(target)  # renamed when complete: never half a vocabulary
     try:
         temp.write_text("\n".join(canonical_order(list(tokenizer.get_vocab()))) + "\n", encoding="utf-8")
         os.replace(temp, target)

@@ -12,6 +12,7 @@ from pathlib import Path
 import msgpack
 import numpy as np
 
+from atomic import temp_path
 from errors import UserError, naming_a_full_disk
 
 DTYPES = {"uint16": np.uint16, "int32": np.int32}
@@ -55,10 +56,10 @@ class HeaderFirstFile:
         self.packer = msgpack.Packer(use_bin_type=True)
 
     def _temp_path(self, suffix: str) -> Path:
-        """A new hidden file next to the target (so `*` globs skip it), with the umask's permissions;
-        named .NAME.PID.tmp, so that a later run removes it if this process was killed."""
+        """A new temp file next to the target (atomic.temp_path: a later run on this host removes it
+        if this process was killed), with the umask's permissions."""
         while True:
-            path = self.path.parent / f".{self.path.name}.{secrets.token_hex(6)}{suffix}.{os.getpid()}.tmp"
+            path = temp_path(self.path, f".{secrets.token_hex(6)}{suffix}")
             try:
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
                 return path
