@@ -1,9 +1,11 @@
 """A run's directory and what is written there as it trains: runs/runN, log.txt, the console
 above the progress bar, TensorBoard scalars and optionally Weights & Biases."""
+import errno
 import fcntl
 import os
 import re
 import socket
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -72,8 +74,14 @@ def run_provenance(config_text: str) -> tuple[str, str]:
     return processes.group(1) if processes else "unknown", start.group(1).strip() if start else "none"
 
 
+# What flock answers on a file system without locks (some network mounts): training goes on there,
+# unlocked, since a user on NFS must still be able to train.
+NO_LOCKS = {errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP}
+
+
 def held_by_another_process(run_dir: Path) -> bool:
-    """Whether a process holds the run directory's lock (lock_run_dir): it is training there."""
+    """Whether a process holds the run directory's lock (lock_run_dir): it is training there. False
+    where the file system has no locks: it cannot tell (lock_run_dir warns then)."""
     try:
         handle = (run_dir / ".lock").open("r")
     except FileNotFoundError:
@@ -83,6 +91,10 @@ def held_by_another_process(run_dir: Path) -> bool:
             fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             return True
+        except OSError as error:
+            if error.errno in NO_LOCKS:
+                return False
+            raise
         fcntl.flock(handle, fcntl.LOCK_UN)
         return False
 
@@ -95,7 +107,8 @@ def lock_run_dir(run_dir: Path):
 
 def lock_directory(directory: Path, busy: str):
     """An OS lock on directory/.lock, held until the returned handle closes or the process ends;
-    where another process holds it, one line: `busy`, and what to do."""
+    where another process holds it, one line: `busy`, and what to do. Where the file system has no
+    locks, one warning line, and the handle unlocked: nothing refuses a second process then."""
     handle = (directory / ".lock").open("a")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -103,6 +116,12 @@ def lock_directory(directory: Path, busy: str):
         handle.close()
         raise UserError(f"{directory}: {busy} (it holds {directory / '.lock'}); wait for it to end, "
                         f"or stop it") from None
+    except OSError as error:
+        if error.errno not in NO_LOCKS:
+            handle.close()
+            raise
+        print(f"warning: {directory}: its file system has no file locks ({error.strerror or error}); going on "
+              f"unlocked, so a second process started there is not refused", file=sys.stderr, flush=True)
     return handle
 
 

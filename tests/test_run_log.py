@@ -126,3 +126,49 @@ def test_a_resume_whose_run_directory_is_read_only_is_one_line(mlm_trained_run, 
     [line] = error_lines(capsys)
     assert line.startswith(f"error: {mlm_trained_run / 'runs' / 'run0'}") and line.endswith(
         ("read-only file system", "permission denied"))
+
+
+def flock_answering(code: int):
+    """fcntl.flock as on a file system without locks (some network mounts): every call fails with `code`."""
+    def flock(handle, operation):
+        raise OSError(code, os.strerror(code))
+    return flock
+
+
+@pytest.mark.parametrize("code", [errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP])
+def test_a_file_system_without_locks_goes_on_with_one_warning_naming_the_directory(tmp_path, monkeypatch, capsys,
+                                                                                     code):
+    run_dir = tmp_path / "runs" / "run0"
+    run_dir.mkdir(parents=True)
+    monkeypatch.setattr(run_log.fcntl, "flock", flock_answering(code))
+    assert not run_log.held_by_another_process(run_dir)  # it cannot tell: a resume is offered
+    lock = run_log.lock_run_dir(run_dir)
+    assert not lock.closed
+    lock.close()
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and not out
+    assert err.splitlines() == [f"warning: {run_dir}: its file system has no file locks ({os.strerror(code)}); "
+                                f"going on unlocked, so a second process started there is not refused"]
+
+
+def test_a_run_on_a_file_system_without_locks_trains_and_warns_once(mlm_workdir, monkeypatch, capsys):
+    monkeypatch.setattr(hardware, "measure_matmul_flops", lambda device, dtype: 1e12)
+    monkeypatch.setattr(run_log.fcntl, "flock", flock_answering(errno.ENOLCK))
+    main.main(["--max-iters", "5"])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    run_dir = mlm_workdir / "runs" / "run0"
+    assert [line for line in err.splitlines() if line.startswith("warning:")] == [
+        f"warning: {run_dir}: its file system has no file locks ({os.strerror(errno.ENOLCK)}); going on unlocked, "
+        f"so a second process started there is not refused"]
+    assert (run_dir / "checkpoints" / "checkpoint.pt").is_file()
+
+
+def test_a_lock_that_fails_for_another_reason_is_not_passed_over(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_log.fcntl, "flock", flock_answering(errno.EIO))
+    with pytest.raises(OSError) as error:
+        run_log.lock_run_dir(tmp_path)
+    assert error.value.errno == errno.EIO
+    (tmp_path / ".lock").touch()
+    with pytest.raises(OSError):
+        run_log.held_by_another_process(tmp_path)
