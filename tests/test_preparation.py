@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 
+import atomic
 import prepare_mlm_dataset
 import prepare_mlm_fixed_len_dataset_from_ids as prepare_fixed_len
 from packed_files import HeaderFirstFile
@@ -306,7 +307,7 @@ def test_temporary_files_of_a_killed_preparation_are_removed_by_the_next(tmp_pat
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     out = tmp_path / "out"
     out.mkdir()
-    stale = out / f".train_imdb_64_123.msgpack.gz.0123456789ab.body.{dead.stdout.strip()}.tmp"
+    stale = out / f".train_imdb_64_123.msgpack.gz.0123456789ab.body.@{atomic.this_host()}.{dead.stdout.strip()}.tmp"
     stale.write_bytes(b"half a shard")
     run_text(out, imdb_corpus, vocab_dir)
     assert not stale.exists() and not list(out.glob(".*"))
