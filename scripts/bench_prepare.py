@@ -29,6 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts it measures, run in-process
+from cores import available_cores  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 
 ORIGINAL_CHUNK_CHARS = 20 * 2**20  # the original tokenize_text.py read ~20 MB of text at a time
@@ -341,8 +342,8 @@ def parse_args(argv=None):
     parser.add_argument("-i", "--input", type=Path, default=Path("demo/input/imdb.txt"), help="text corpus")
     parser.add_argument("-v", "--vocab", type=Path, default=Path("demo/vocab"), help="vocabulary directory")
     parser.add_argument("-m", "--seq-len", type=int, default=128, help="sample length (default 128)")
-    parser.add_argument("-n", "--nproc", type=int, default=os.cpu_count() or 1,
-                        help="tokenize_text workers for the parallel run (default: all cores)")
+    parser.add_argument("-n", "--nproc", type=int, default=available_cores(),
+                        help="tokenize_text workers for the parallel run (default: the cores this process may use)")
     parser.add_argument("--prefix-fraction", type=float, default=0.25,
                         help="prefix of the corpus for the slow original and ours' small runs (default 0.25)")
     parser.add_argument("--chunk-mb", type=float, default=4.0,

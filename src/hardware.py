@@ -11,12 +11,14 @@ from typing import Any, Callable
 
 import torch
 
+from cores import HOST, cgroup_folders, read_words
 from errors import UserError
 
 BYTES_PER_WEIGHT = 4  # float32: how models are built and checkpoints stored
 GIB = 2**30
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 ONEDNN_KERNELS_KEPT = 16_384  # at 38 kernels a training step's width, every width up to about 400
+CGROUP_V1_UNLIMITED = 2**60  # v1's memory.limit_in_bytes without a limit: about 2**63, rounded to a page
 
 
 def select_device(name: str) -> torch.device:
@@ -50,9 +52,34 @@ def keep_kernels_for_every_width():
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_KERNELS_KEPT))
 
 
-def machine_memory() -> int:
-    """Bytes of physical memory."""
+def machine_memory(root: Path = HOST) -> int:
+    """Bytes of memory this process may use: the machine's, or less where its cgroup's limit (a
+    container's `--memory`, a Slurm job's `--mem`) is less."""
+    return memory_and_its_cgroup_file(root)[0]
+
+
+def physical_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def cgroup_memory_limit(root: Path = HOST) -> tuple[int, str] | None:
+    """The bytes this process's cgroup, or one above it, may hold, the tightest, and the file that
+    says so (memory.max, v1's memory.limit_in_bytes); None where none sets a limit (v2's "max", v1's
+    huge value, no cgroup files)."""
+    limits = []
+    for folder in cgroup_folders("memory", root):
+        for name in ("memory.max", "memory.limit_in_bytes"):
+            words = read_words(folder / name)
+            if len(words) == 1 and words[0].isdigit() and int(words[0]) < CGROUP_V1_UNLIMITED:
+                limits.append((int(words[0]), name))
+    return min(limits, default=None)
+
+
+def memory_and_its_cgroup_file(root: Path = HOST) -> tuple[int, str | None]:
+    """machine_memory, and the cgroup file that sets it where the container's limit is the smaller
+    (None: the machine's memory)."""
+    physical, limit = physical_memory(), cgroup_memory_limit(root)
+    return limit if limit is not None and limit[0] < physical else (physical, None)
 
 
 def address_space_room() -> int | None:
@@ -70,11 +97,13 @@ def address_space_room() -> int | None:
 
 def memory_limit(limit_gib: float | None, flag: str) -> tuple[float, str]:
     """The bytes a model may take, and how to name that limit: limit_gib where given (swap may hold
-    more than the machine's memory), else the machine's memory; never more than the address-space
-    limit leaves, which no allocation gets past."""
+    more than the machine's memory), else the machine's memory or its container's limit; never more
+    than the address-space limit leaves, which no allocation gets past."""
     if limit_gib is None:
-        limit = machine_memory()
-        text = f"this machine's memory ({gib_text(limit)}; {flag} GIB sets another limit)"
+        limit, cgroup_file = memory_and_its_cgroup_file()
+        # A model the host would hold gets the process killed in a container that allows less.
+        place = f"this container's memory limit (cgroup {cgroup_file}: " if cgroup_file else "this machine's memory ("
+        text = f"{place}{gib_text(limit)}; {flag} GIB sets another limit)"
     else:
         limit, text = limit_gib * GIB, f"{flag} {limit_gib:g} GiB"
     room = address_space_room()

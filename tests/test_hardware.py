@@ -14,7 +14,8 @@ import hardware
 import main
 from errors import UserError
 # The real matmul_flops_once: conftest's skip_flops_measurement replaces hardware's for the session, after this.
-from hardware import matmul_flops_once, peak_flops, published_peak_flops
+from hardware import GIB, cgroup_memory_limit, matmul_flops_once, peak_flops, published_peak_flops
+from test_cores import cgroup_tree
 
 
 @pytest.mark.parametrize("name, tflops", [("NVIDIA H100 80GB HBM3", 989), ("NVIDIA H100 PCIe", 756),
@@ -95,7 +96,8 @@ def test_a_set_or_published_peak_is_not_measured_again(mlm_workdir, monkeypatch)
     assert "set by peak-tflops" in log and "note: the matmul peak" not in log
 
 
-def test_a_model_over_the_limit_is_refused_saying_its_size():
+def test_a_model_over_the_limit_is_refused_saying_its_size(monkeypatch):
+    monkeypatch.setattr(hardware, "cgroup_memory_limit", lambda root=None: None)  # whatever cgroup runs the tests
     weights = 10**11
     with pytest.raises(UserError) as refused:
         hardware.check_fits_memory(weights, copies=4, limit_gib=None, source="config.ini (d-ff = 1000000000)",
@@ -123,6 +125,53 @@ def test_the_limit_can_be_set():
     with pytest.raises(UserError, match=r"^x: the model would allocate 0.0075 GiB \(2 x 1,000,000 float32 weights\), "
                                         r"more than --max-gib 0.001 GiB$"):
         hardware.check_fits_memory(10**6, copies=2, limit_gib=0.001, source="x", flag="--max-gib")
+
+
+
+V1_UNLIMITED = "9223372036854771712"  # what cgroup v1 writes for no limit: LONG_MAX rounded down to a page
+
+
+def test_a_cgroup_v2_memory_limit_is_the_tightest_of_its_cgroups(tmp_path):
+    root = cgroup_tree(tmp_path, "0::/slurm/job_7/step_0\n",
+                       {"slurm/job_7/step_0/memory.max": "max", "slurm/job_7/memory.max": str(3 * GIB),
+                        "slurm/memory.max": str(5 * GIB)})
+    assert hardware.cgroup_memory_limit(root) == (3 * GIB, "memory.max")
+    assert hardware.machine_memory(root) == min(3 * GIB, hardware.physical_memory())
+
+
+def test_a_cgroup_v1_memory_limit_and_its_none(tmp_path):
+    proc_self_cgroup = "5:memory:/docker/abc\n3:cpu,cpuacct:/docker/abc\n"
+    root = cgroup_tree(tmp_path, proc_self_cgroup, {"memory/docker/abc/memory.limit_in_bytes": str(2 * GIB),
+                                                    "memory/memory.limit_in_bytes": V1_UNLIMITED})
+    assert hardware.cgroup_memory_limit(root) == (2 * GIB, "memory.limit_in_bytes")
+    unlimited = cgroup_tree(tmp_path / "unlimited", proc_self_cgroup, {"memory/memory.limit_in_bytes": V1_UNLIMITED})
+    assert hardware.cgroup_memory_limit(unlimited) is None
+
+
+def test_no_memory_limit_leaves_the_machine_memory(tmp_path):
+    for name, files in (("max", {"user.slice/memory.max": "max"}), ("missing", {})):
+        root = cgroup_tree(tmp_path / name, "0::/user.slice\n", files)
+        assert hardware.cgroup_memory_limit(root) is None
+        assert hardware.machine_memory(root) == hardware.physical_memory()
+    assert hardware.machine_memory(tmp_path / "no-proc") == hardware.physical_memory()
+    roomy = cgroup_tree(tmp_path / "roomy", "0::/\n", {"memory.max": str(4 * hardware.physical_memory())})
+    assert hardware.machine_memory(roomy) == hardware.physical_memory()  # a limit above the host's memory
+
+
+def test_a_model_over_the_containers_limit_is_refused_naming_it(monkeypatch, tmp_path):
+    """docker --memory 1g on a larger host: the limit that gets the process killed is the one named."""
+    root = cgroup_tree(tmp_path, "0::/\n", {"memory.max": str(GIB)})
+    monkeypatch.setattr(hardware, "physical_memory", lambda: 64 * GIB)
+    monkeypatch.setattr(hardware, "cgroup_memory_limit", lambda host=None: cgroup_memory_limit(root))
+    monkeypatch.setattr(hardware, "address_space_room", lambda: None)
+    with pytest.raises(UserError) as refused:
+        hardware.check_fits_memory(10**8, copies=4, limit_gib=None, source="config.ini", flag="--max-gib")
+    assert str(refused.value) == ("config.ini: the model would allocate 1.5 GiB (4 x 100,000,000 float32 weights), "
+                                  "more than this container's memory limit (cgroup memory.max: 1.0 GiB; --max-gib GIB "
+                                  "sets another limit)")
+    monkeypatch.setattr(hardware, "physical_memory", lambda: GIB // 2)  # the host's memory is the smaller
+    with pytest.raises(UserError, match=r"more than this machine's memory \(0.5 GiB; --max-gib GIB sets another"):
+        hardware.check_fits_memory(10**8, copies=4, limit_gib=None, source="config.ini", flag="--max-gib")
 
 
 HEAP_CHECK = """
