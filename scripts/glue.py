@@ -41,7 +41,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 import checkpoints  # noqa: E402
-import rank_process  # noqa: E402
+import child_processes  # noqa: E402
 import embed_data  # noqa: E402
 import glue_data  # noqa: E402
 import glue_metrics  # noqa: E402
@@ -346,7 +346,7 @@ def run_training(command: list[str]) -> int:
             child.send_signal(signum)
     previous = {signum: signal.signal(signum, pass_on) for signum in STOP_SIGNALS}
     try:
-        child = subprocess.Popen(command, preexec_fn=lambda: rank_process.die_with_launcher(parent))
+        child = subprocess.Popen(command, preexec_fn=lambda: child_processes.die_with_parent(parent))
         if received:  # asked to stop while the child was starting
             child.send_signal(signal.SIGTERM)
         code = child.wait()

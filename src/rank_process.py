@@ -2,53 +2,29 @@
 what started it, and reports its errors and its completion to launcher.py. Imported where a process
 is a rank, so a run in one process never reads it.
 """
-import ctypes
 import os
-import signal
 import sys
-import threading
-import time
 import traceback
 from pathlib import Path
 
 import torch.distributed as dist
 
+from child_processes import die_with_parent
 from distributed import leave
 from errors import UserError
 
 # Where a rank started by launch() writes its UserError (rankN.txt), so that the launcher prints it
 # once, or its traceback (rankN.traceback), so that the console keeps one line.
 ERROR_FILE_VARIABLE = "BERT_DDP_ERROR_FILE"
-# The launcher's process id, given to the ranks it starts: they die with it (die_with_launcher).
+# The launcher's process id, given to the ranks it starts: they die with it.
 LAUNCHER_VARIABLE = "BERT_DDP_LAUNCHER_PID"
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def die_with_launcher(launcher: int):
-    """A rank is killed when its launcher dies, however it dies (kill -9 too): a run is never
-    written by processes nobody controls. Linux: the kernel's parent-death signal;
-    elsewhere a thread that watches the parent."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
-            raise OSError(ctypes.get_errno(), "prctl")
-    except (OSError, AttributeError):  # no prctl here
-        threading.Thread(target=watch_parent, args=(launcher,), daemon=True, name="watch launcher").start()
-    if os.getppid() != launcher:  # it died before the signal was asked for
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def watch_parent(launcher: int, interval: float = 0.5):
-    while os.getppid() == launcher:
-        time.sleep(interval)
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def rank_main(run):
     """Call run() in a rank, which dies with what started it (launch(), or torchrun's agent on this
     machine): a UserError goes to the launcher's error file (printed there once) when launch()
     started us, else it is raised; the process group is left either way."""
-    die_with_launcher(int(os.environ.get(LAUNCHER_VARIABLE, os.getppid())))
+    die_with_parent(int(os.environ.get(LAUNCHER_VARIABLE, os.getppid())))
     error_file = os.environ.get(ERROR_FILE_VARIABLE)
     try:
         run()

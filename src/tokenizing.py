@@ -14,6 +14,7 @@ from typing import Iterator
 
 import numpy as np
 
+from child_processes import die_with_parent
 from errors import UserError
 from vocab import Vocab, load_vocab
 
@@ -82,7 +83,7 @@ def encode_documents(vocab, lines: list[str]) -> list[list[np.ndarray]]:
 
 
 
-worker_vocab: Vocab | None = None  # one per worker process, loaded once by load_worker_vocab
+worker_vocab: Vocab | None = None  # one per worker process, loaded once by start_worker
 
 
 def one_thread_each():
@@ -90,8 +91,11 @@ def one_thread_each():
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 
-def load_worker_vocab(vocab_path):
-    # Ctrl-C reaches the whole process group: the parent alone answers it, after the batches in flight.
+def start_worker(vocab_path, parent: int):
+    """A worker's start: it dies with the process that started the pool, however that ends (kill -9
+    mid-write too), rather than live on orphaned holding the pool's pipes; it leaves Ctrl-C, which
+    reaches the whole process group, to the parent, which answers it after the batches in flight."""
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     one_thread_each()
     global worker_vocab
@@ -125,8 +129,10 @@ class Tokenizing:
         else:
             # spawn, not fork: a forked child of a process that already used the tokenizers thread pool
             # gets its parallelism disabled with a warning, and spawn is the same on every platform.
+            # The workers start at map's first submits, from map's thread: their parent-death signal
+            # comes when that thread ends, so map runs on the thread that lasts (the scripts' main one).
             self.pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                            initializer=load_worker_vocab, initargs=(self.vocab.path,))
+                                            initializer=start_worker, initargs=(self.vocab.path, os.getpid()))
         return self
 
     def __exit__(self, *exception):

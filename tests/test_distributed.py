@@ -274,8 +274,8 @@ def process_state(pid: int) -> str:
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="looks the process up in /proc")
 def test_where_there_is_no_parent_death_signal_a_watching_thread_ends_the_rank():
-    watcher = (f"import os, sys; sys.path.insert(0, {str(ROOT / 'src')!r}); import rank_process; "
-               "parent = os.getppid(); print('watching', flush=True); rank_process.watch_parent(parent, 0.05)")
+    watcher = (f"import os, sys; sys.path.insert(0, {str(ROOT / 'src')!r}); import child_processes; "
+               "parent = os.getppid(); print('watching', flush=True); child_processes.watch_parent(parent, 0.05)")
     starter = (f"import subprocess, sys; watcher = subprocess.Popen([sys.executable, '-c', {watcher!r}], "
                "stdout=subprocess.PIPE, text=True); watcher.stdout.readline(); print(watcher.pid)")
     pid = int(subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True, timeout=TIMEOUT).stdout)
