@@ -34,7 +34,7 @@ NONE = type(None)
 KEY_TYPES = {"task": str, "step": int, "tokens": int, "model": dict, "optimizer": (dict, NONE),
              "model_config": dict, "vocab_checksum": str, "vocab": list, "vocab_lowercase": bool, "config": dict,
              "data_position": (dict, NONE), "rng_per_rank": list, "best": (float, int, NONE),
-             "elapsed": (float, int), "data": (str, NONE), "start": (str, NONE), "lineage": list,
+             "elapsed": (float, int), "data": (str, dict, NONE), "start": (str, NONE), "lineage": list,
              "imported_from": (str, NONE), "log_sums_per_rank": list, "decay_branch": bool, "autocast": (str, NONE),
              "checksum": str}
 # Free to differ between a checkpoint and the run starting from it: pre-training heads come and go.
@@ -52,16 +52,17 @@ ADDED_KEYS = {"decay_branch": False, "autocast": None}
 def make_state(*, task: str, weights: dict, model_config: ModelConfig, vocab: Vocab, config: dict, step: int = 0,
                tokens: int = 0, optimizer: dict | None = None, data_position: dict | None = None,
                rng_per_rank: list | None = None, best: float | None = None, elapsed: float = 0.0,
-               data: str | None = None, start: str | None = None, lineage: list | None = None,
+               data: str | dict | None = None, start: str | None = None, lineage: list | None = None,
                imported_from: str | None = None, log_sums_per_rank: list | None = None,
                decay_branch: bool = False, autocast: str | None = None) -> dict:
     """Everything a checkpoint holds: the model's weights (state dict) and architecture, the run's
     settings (Config.to_dict()); to resume, the optimizer, data position, one dict of random states
     and of the log's sums per rank, and the seconds of training so far (what a time budget counts);
-    its history: the data it trained on, the checkpoint it started from and that one's lineage, or
-    the directory it was imported from; decay_branch: the run is --decay-from's, its lr-scheduler
-    computed when it branched (a resume reads it from here); autocast: the dtype the run's steps ran
-    in (dtype = auto measured it: a resume keeps it)."""
+    its history: the data it trained on (a text: the shards' pattern; or the sha256 of each of the
+    user's files by key and path, task.files_record, which a resume checks), the checkpoint it started
+    from and that one's lineage, or the directory it was imported from; decay_branch: the run is
+    --decay-from's, its lr-scheduler computed when it branched (a resume reads it from here); autocast:
+    the dtype the run's steps ran in (dtype = auto measured it: a resume keeps it)."""
     return {"format": FORMAT, "task": task, "step": step, "tokens": tokens, "model": weights,
             "optimizer": optimizer, "config": config, "model_config": asdict(model_config),
             "vocab_checksum": vocab.checksum, "vocab": list(vocab.tokens), "vocab_lowercase": vocab.lowercase,
@@ -71,9 +72,17 @@ def make_state(*, task: str, weights: dict, model_config: ModelConfig, vocab: Vo
 
 
 def stage(checkpoint: dict) -> dict:
-    """One stage of training in a model's history: its task, steps, tokens and data."""
+    """One stage of training in a model's history: its task, steps, tokens and data (as text)."""
     return {"task": checkpoint["task"], "step": checkpoint["step"], "tokens": checkpoint["tokens"],
-            "data": checkpoint["data"], "imported_from": checkpoint["imported_from"]}
+            "data": data_text(checkpoint["data"]), "imported_from": checkpoint["imported_from"]}
+
+
+def data_text(data: str | dict | None) -> str | None:
+    """A checkpoint's data as a model's history names it: a text as it is; the record of the user's
+    files as each one's key and path (train-file train.csv, validation-file dev.csv)."""
+    if not isinstance(data, dict):
+        return data
+    return ", ".join(f"{key} {name}" for key, files in data.items() for name in files)
 
 
 def lineage(checkpoint: dict) -> list[dict]:

@@ -120,6 +120,32 @@ def check_same_measure(path: Path, saved_settings: dict, task: Task, config: Con
                        "to start a new run from these weights, add --switch-training")
 
 
+def check_same_files(path: Path, then, now):
+    """A resumed run reads the user's files it began on (task.files_record: each one's sha256 by key and
+    path), or it would go on training on other data and choose best.pt across two validation sets.
+    A checkpoint whose data is no such record passes: a pre-training's shards are checked by its data
+    position, and an older version's checkpoint holds None."""
+    if not isinstance(then, dict):
+        return
+    now = now if isinstance(now, dict) else {}
+    for key in dict.fromkeys([*then, *now]):
+        before, after = then.get(key, {}), now.get(key, {})
+        for name in dict.fromkeys([*before, *after]):
+            if before.get(name) != after.get(name):
+                raise UserError(f"{path}: {key} {name} {file_change(before.get(name), after.get(name))}; a resumed "
+                                f"run keeps its data (to start a new run from these weights on the new data, add "
+                                f"--switch-training)")
+
+
+def file_change(then: str | None, now: str | None) -> str:
+    """How a file differs from the one a run began with, by their sha256 (None: no such file)."""
+    if then is None:
+        return "is new since the run began"
+    if now is None:
+        return "is gone since the run began"
+    return f"has changed since the run began (sha256 {str(then)[:12]}... then, {now[:12]}... now)"
+
+
 def check_same_optimizer_groups(path: Path, saved_settings: dict, config: Config):
     """Adam's moments are saved per parameter group, and layer-lr-decay decides the groups."""
     check_kept(path, "layer_lr_decay", saved_settings["layer_lr_decay"], config.layer_lr_decay,
@@ -211,6 +237,7 @@ class RunStarter:
             check_same_optimizer_groups(path, settings, self.config)
         model = self.restored_model(saved, path)
         self.task.check_data(("val",))
+        check_same_files(path, saved["data"], self.task.data_source)
         resumed_dir = None if branch else checkpoints.run_dir_of(path)
         run_dir = resumed_dir or self.new_run_dir()
         if self.rank == 0:

@@ -1,8 +1,10 @@
 """What the trainer needs of a task (the Task protocol), the table of every task-type's class (main.py
-builds one from the config), and the evaluation the language-model tasks share: their loss and
-statistics summed over the batches.
+builds one from the config), the evaluation the language-model tasks share: their loss and
+statistics summed over the batches, and the record of the user's own files a checkpoint keeps as its data.
 """
+import hashlib
 import importlib
+from pathlib import Path
 from typing import Iterator, Protocol
 
 import torch
@@ -23,7 +25,9 @@ class Task(Protocol):
     predictions_per_token: float  # share of the input tokens the output head scores, for MFU
     last_layer_share: float  # share of the tokens the last layer computes (model.Encoder's rows), for MFU
     measuring_keys: tuple[str, ...]  # Config fields that decide what the scores mean: a resumed run keeps them
-    data_source: str | None  # what it trains on, kept in its checkpoints for their lineage
+    # What it trains on, kept in its checkpoints: a text for their lineage (the shards' pattern), or the
+    # record of the user's own files it reads (files_record), which a resumed run finds unchanged.
+    data_source: str | dict[str, dict[str, str]] | None
 
     def model_config(self, max_len: int | None = None) -> ModelConfig:
         """The shape of the task's model, heads included; max_len (the position table) from a
@@ -102,3 +106,27 @@ def task_class(task_type: str) -> type:
     trainer knows a task only through task.Task."""
     kind = TASK_KINDS[task_type]
     return getattr(importlib.import_module(kind.module), kind.task_class)
+
+
+def files_record(files: dict[str, tuple[Path, ...]]) -> dict[str, dict[str, str]] | None:
+    """Each file's sha256 by the key that names it and its path ({"validation-file": {"dev.csv": "ab12..."}}):
+    what a checkpoint keeps as its data, so a resumed run finds out a file whose contents changed under the
+    same name (run_start.check_same_files); None where the task reads no such file."""
+    record = {key: {str(path): file_sha256(path) for path in paths} for key, paths in files.items() if paths}
+    return record or None
+
+
+def file_sha256(path: Path, chunk_bytes: int = 8 << 20) -> str:
+    """sha256 of a file's bytes, read a chunk at a time: a training file may be larger than memory."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as file:
+        while chunk := file.read(chunk_bytes):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def transfer_files(pattern: str) -> tuple[Path, ...]:
+    """The files transfer-data names (a file, directory or pattern), as teacher.transfer_sentences reads them;
+    standard input has no file to record."""
+    from input_files import find_inputs  # read only by a run with transfer-data, as teacher.py reads it
+    return tuple(each.path for each in find_inputs([pattern]) if each.path is not None)

@@ -2,6 +2,7 @@
 parquet read with their columns, labels by name into the model and out through --test, classify.py,
 the export and its import; every bad file or setting one line."""
 import csv
+import hashlib
 import json
 import re
 import shutil
@@ -23,6 +24,8 @@ import labelled_files
 import main
 import model as model_module
 import onnx_model
+import run_start
+import task as task_module
 from config import Config
 from errors import UserError
 from conftest import TEST_DEVICE, one_error_line
@@ -582,3 +585,116 @@ def test_a_multi_label_file_that_names_no_class_is_one_line(workdir, capsys):
     line = one_error_line(capsys, lambda: main.main(["--config", str(config)]))
     assert line == "error: none.csv: no row names a class in column label: nothing to learn"
     assert not (workdir / "runs" / "refused").exists()
+
+
+# ------------------------------------------------------------------------------ a resume keeps its files
+
+SHORT_RUN = {"max_iters": 2, "lr_decay_iters": 4, "val_interval": 2}  # resumed to step 4 below
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def changed_line(checkpoint: Path, key: str, name: str, then: str, now: str) -> str:
+    return (f"error: {checkpoint}: {key} {name} has changed since the run began (sha256 {then[:12]}... then, "
+            f"{now[:12]}... now); a resumed run keeps its data (to start a new run from these weights on the new "
+            f"data, add --switch-training)")
+
+
+def test_a_checkpoint_records_the_sha256_of_its_training_and_validation_files(workdir):
+    """test-file is not among them: neither training nor best.pt reads it."""
+    saved = checkpoints.load(fine_tune(**SHORT_RUN) / "checkpoints" / "checkpoint.pt")
+    assert saved["data"] == {"train-file": {"train.csv": sha256_of(workdir / "train.csv")},
+                             "validation-file": {"dev.jsonl": sha256_of(workdir / "dev.jsonl")}}
+    assert checkpoints.stage(saved)["data"] == "train-file train.csv, validation-file dev.jsonl"  # the lineage's
+
+
+def test_a_resume_whose_validation_file_changed_is_one_line_and_writes_nothing(workdir, examples, capsys):
+    """The rows cut from 40 to 20 under the same name: best.pt would be chosen across two validation sets."""
+    run_dir = fine_tune(**SHORT_RUN)
+    latest = run_dir / "checkpoints" / "checkpoint.pt"
+    then, before = sha256_of(workdir / "dev.jsonl"), sorted(path.name for path in run_dir.rglob("*"))
+    saved, log = latest.read_bytes(), (run_dir / "logs" / "log.txt").read_text()
+    write_jsonl(workdir / "dev.jsonl", examples[160:180])
+    line = one_error_line(capsys, lambda: main.main(["--cp", str(latest), "--max-iters", "4"]))
+    assert line == changed_line(latest, "validation-file", "dev.jsonl", then, sha256_of(workdir / "dev.jsonl"))
+    assert latest.read_bytes() == saved and (run_dir / "logs" / "log.txt").read_text() == log
+    assert sorted(path.name for path in run_dir.rglob("*")) == before
+
+
+def test_a_resume_whose_training_file_changed_is_one_line(workdir, examples, capsys):
+    latest = fine_tune(**SHORT_RUN) / "checkpoints" / "checkpoint.pt"
+    then = sha256_of(workdir / "train.csv")
+    write_csv(workdir / "train.csv", examples[:150])
+    line = one_error_line(capsys, lambda: main.main(["--cp", str(latest), "--max-iters", "4"]))
+    assert line == changed_line(latest, "train-file", "train.csv", then, sha256_of(workdir / "train.csv"))
+
+
+def test_a_resume_on_the_same_files_goes_on_even_where_the_test_file_changed(workdir, examples):
+    """test-file is read by --test alone, which scores what it holds then: a corrected test set does not
+    stop the training it takes no part in."""
+    run_dir = fine_tune(**SHORT_RUN)
+    latest = run_dir / "checkpoints" / "checkpoint.pt"
+    (workdir / "test.tsv").write_text("text\n" + "".join(text + "\n" for text, _ in examples[:20]))
+    assert fine_tune(cp=latest, **SHORT_RUN | {"max_iters": 4}) == run_dir
+    assert checkpoints.load(latest)["step"] == 4
+    assert f"resuming {latest} at step 2" in (run_dir / "logs" / "log.txt").read_text()
+
+
+def test_changed_files_take_switch_training_to_a_new_run_and_test_still_scores(workdir, examples):
+    """--switch-training starts a new run from the weights on the new data; --test scores a checkpoint on
+    whatever the files hold now."""
+    run_dir = fine_tune(**SHORT_RUN)
+    latest = run_dir / "checkpoints" / "checkpoint.pt"
+    write_jsonl(workdir / "dev.jsonl", examples[160:180])
+    metrics = fine_tune(cp=latest, test=True, test_file="dev.jsonl")
+    assert 0 <= metrics["test_accuracy"] <= 1
+    second = fine_tune(cp=latest, switch_training=True, run_id="second", **SHORT_RUN)
+    assert second != run_dir and "val examples 20" in (second / "logs" / "log.txt").read_text()
+    saved = checkpoints.load(second / "checkpoints" / "checkpoint.pt")
+    assert saved["step"] == 2 and saved["data"]["validation-file"] == {"dev.jsonl": sha256_of(workdir / "dev.jsonl")}
+
+
+def test_a_checkpoint_without_the_record_resumes_as_before(workdir, examples):
+    """An older version's checkpoint has data None: nothing to compare its files with."""
+    run_dir = fine_tune(**SHORT_RUN)
+    latest = run_dir / "checkpoints" / "checkpoint.pt"
+    checkpoints.save(latest, checkpoints.load(latest) | {"data": None})
+    write_jsonl(workdir / "dev.jsonl", examples[160:180])
+    assert fine_tune(cp=latest, **SHORT_RUN | {"max_iters": 4}) == run_dir
+    assert checkpoints.load(latest)["data"]["validation-file"] == {"dev.jsonl": sha256_of(workdir / "dev.jsonl")}
+
+
+def test_a_resume_whose_transfer_data_changed_is_one_line(workdir, examples, capsys):
+    """A student's transfer-data is its training data too (the teacher labels it)."""
+    teacher = fine_tune(run_id="teacher", **SHORT_RUN) / "checkpoints" / "best.pt"
+    (workdir / "more.txt").write_text("".join(text + "\n" for text, _ in examples[::3]))
+    latest = fine_tune(run_id="student", teacher=str(teacher), transfer_data="more.txt", **SHORT_RUN) / \
+        "checkpoints" / "checkpoint.pt"
+    then = sha256_of(workdir / "more.txt")
+    assert checkpoints.load(latest)["data"]["transfer-data"] == {"more.txt": then}
+    (workdir / "more.txt").write_text("".join(text + "\n" for text, _ in examples[::4]))
+    line = one_error_line(capsys, lambda: main.main(["--cp", str(latest), "--max-iters", "4"]))
+    assert line == changed_line(latest, "transfer-data", "more.txt", then, sha256_of(workdir / "more.txt"))
+
+
+@pytest.mark.parametrize("now, problem", [
+    ({"transfer-data": {"a.txt": "1" * 64}}, "transfer-data b.txt is gone since the run began"),
+    ({"transfer-data": {"a.txt": "1" * 64, "b.txt": "2" * 64, "c.txt": "3" * 64}},
+     "transfer-data c.txt is new since the run began"),
+])
+def test_a_file_gone_or_new_under_a_key_is_one_line_too(now, problem):
+    then = {"transfer-data": {"a.txt": "1" * 64, "b.txt": "2" * 64}}
+    with pytest.raises(UserError) as error:
+        run_start.check_same_files(Path("last.pt"), then, now)
+    assert str(error.value) == (f"last.pt: {problem}; a resumed run keeps its data (to start a new run from these "
+                                f"weights on the new data, add --switch-training)")
+    run_start.check_same_files(Path("last.pt"), then, then)
+    run_start.check_same_files(Path("last.pt"), "datasets/train_*.msgpack", None)  # pre-training's: its shards'
+
+
+def test_a_files_sha256_is_read_in_chunks(tmp_path):
+    path = tmp_path / "big.bin"
+    path.write_bytes(bytes(range(256)) * 1000)
+    assert task_module.file_sha256(path, chunk_bytes=1000) == sha256_of(path)
