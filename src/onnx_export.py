@@ -29,21 +29,18 @@ from config import FINE_TUNING_TASKS
 from errors import UserError
 from model import (BertForEmbedding, BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification,
                    BertForTokenClassification, ModelConfig)
-from onnx_model import INSTALL, onnx_class
+from onnx_model import INPUTS, INSTALL, onnx_class
 
 TOLERANCE = 1e-4  # the largest difference a float32 output may have from ours, times its scale past 1
-INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OPSET = 17
 QUANTIZED_FILE = "onnx/model_qint8.onnx"
 QUANTIZATION_REPORT = "onnx/quantization.json"
 # The pre-training whose graph a runtime's class takes (ORTModelForMaskedLM): MLM's.
 GRAPH_PRE_TRAINING = ("mlm",)
-# Our model class whose outputs a family's graph gives, and the graph's outputs.
+# Our model class whose outputs a family's graph gives (their names: the onnx_model class that reads them).
 GRAPH_MODELS = {PRE_TRAINING: BertForMaskedLM, CLASSIFICATION: BertForSequenceClassification,
                 TOKENS: BertForTokenClassification, ANSWERS: BertForQuestionAnswering, EMBEDDING: BertForEmbedding,
                 ENCODER: BertForEmbedding}
-GRAPH_OUTPUTS = {ANSWERS: ("start_logits", "end_logits"), EMBEDDING: ("last_hidden_state",),
-                 ENCODER: ("last_hidden_state",)}
 
 # The sentences the graph is checked on: lengths from a few pieces to many, plain and odd text.
 CHECK_SENTENCES = (
@@ -62,7 +59,7 @@ def model_class(task: str) -> type:
 
 
 def output_names(task: str) -> tuple[str, ...]:
-    return GRAPH_OUTPUTS.get(kind_of(task).family, ("logits",))
+    return tuple(onnx_class(task).OUTPUTS)
 
 
 class DecomposedRMSNorm(nn.Module):

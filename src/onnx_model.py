@@ -22,16 +22,22 @@ GRAPH = Path("onnx") / "model.onnx"  # where export_hf.py --onnx writes it
 INSTALL = "pip install onnx onnxruntime"  # what --onnx and running a graph need
 # What each inference script's --cp help adds to the checkpoint it names.
 OR_EXPORTED = "; or its export with --onnx (the directory, its onnx/ folder or a .onnx file there), run in onnxruntime"
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # a graph takes input_ids and any of the others
+FREE_AXES = ("batch", "sequence")  # any size; every other axis is as wide as the ModelConfig field it names
 
 
 class OnnxModel(nn.Module):
-    """An onnxruntime session of the graph; a subclass answers as our model class of the head."""
+    """An onnxruntime session of the graph; a subclass answers as our model class of the head, whose
+    graph gives OUTPUTS (each output's axes: FREE_AXES, or the ModelConfig field that sizes one)."""
+    HEAD = ""
+    OUTPUTS: dict[str, tuple[str, ...]] = {}
 
     def __init__(self, path: Path, config: ModelConfig):
         super().__init__()
         self.config = config
         self.path = path
         self.session = session(path)
+        check_signature(path, self.session, self.HEAD, expected_outputs(self.OUTPUTS, config))
         self.inputs = {each.name for each in self.session.get_inputs()}
 
     def outputs(self, input_ids, attention_mask=None, segment_ids=None) -> tuple[list[torch.Tensor], torch.Tensor]:
@@ -53,6 +59,9 @@ def widened(values: torch.Tensor, width: int) -> torch.Tensor:
 
 
 class OnnxMaskedLM(OnnxModel):
+    HEAD = "a masked LM's"
+    OUTPUTS = {"logits": ("batch", "sequence", "vocab_size")}
+
     def forward(self, input_ids, positions, labels=None, attention_mask=None, segment_ids=None):
         """The graph scores every token; our model's answer is its logits at `positions`."""
         (logits,), _ = self.outputs(input_ids, attention_mask, segment_ids)
@@ -61,12 +70,18 @@ class OnnxMaskedLM(OnnxModel):
 
 
 class OnnxSequenceClassification(OnnxModel):
+    HEAD = "a sequence classifier's"
+    OUTPUTS = {"logits": ("batch", "num_labels")}
+
     def forward(self, input_ids, labels=None, attention_mask=None, segment_ids=None):
         (logits,), _ = self.outputs(input_ids, attention_mask, segment_ids)
         return logits, None if labels is None else sequence_loss(logits, labels, self.config.multi_label)
 
 
 class OnnxTokenClassification(OnnxModel):
+    HEAD = "a token classifier's"
+    OUTPUTS = {"logits": ("batch", "sequence", "num_labels")}
+
     def forward(self, input_ids, labels=None, attention_mask=None, segment_ids=None):
         (logits,), _ = self.outputs(input_ids, attention_mask, segment_ids)
         logits = widened(logits, input_ids.shape[1])
@@ -76,6 +91,9 @@ class OnnxTokenClassification(OnnxModel):
 
 
 class OnnxQuestionAnswering(OnnxModel):
+    HEAD = "a question answering model's"
+    OUTPUTS = {"start_logits": ("batch", "sequence"), "end_logits": ("batch", "sequence")}
+
     def forward(self, input_ids, attention_mask=None, segment_ids=None, start_positions=None, end_positions=None):
         outputs, _ = self.outputs(input_ids, attention_mask, segment_ids)
         start, end = (widened(each, input_ids.shape[1]) for each in outputs)
@@ -85,6 +103,9 @@ class OnnxQuestionAnswering(OnnxModel):
 
 
 class OnnxEmbedding(OnnxModel):
+    HEAD = "an encoder's"
+    OUTPUTS = {"last_hidden_state": ("batch", "sequence", "d_model")}
+
     def forward(self, input_ids, attention_mask=None, segment_ids=None):
         (hidden,), mask = self.outputs(input_ids, attention_mask, segment_ids)
         return F.normalize(pool(hidden, mask, self.config.pooling), dim=-1)
@@ -112,6 +133,51 @@ def session(path: Path):
         return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except Exception as error:  # onnxruntime raises its own types, one per kind of bad file
         raise UserError(f"{path}: not a graph onnxruntime runs ({str(error).splitlines()[0][:200]})") from None
+
+
+Shape = tuple[str | int | None, ...]  # an axis: its name where free, its size where fixed, None where unknown
+
+
+def expected_outputs(outputs: dict[str, tuple[str, ...]], config: ModelConfig) -> dict[str, Shape]:
+    """A head's OUTPUTS with each fixed axis as wide as the config says."""
+    return {name: tuple(axis if axis in FREE_AXES else getattr(config, axis) for axis in axes)
+            for name, axes in outputs.items()}
+
+
+def check_signature(path: Path, graph_session, head: str, outputs: dict[str, Shape]):
+    """The graph takes our inputs and gives the head's outputs, so that a graph of another head (an MLM's
+    in a classifier's directory, say) is refused at load, in one line naming what it has and what was
+    expected, rather than failing in the middle of the script's work."""
+    found = {each.name: tuple(each.shape) for each in graph_session.get_inputs()}
+    if "input_ids" not in found or set(found) - set(INPUTS) or not all(
+            fits(shape, FREE_AXES) for shape in found.values()):
+        raise UserError(f"{path}: the graph takes {signature_text(found)}; expected input_ids, with "
+                        f"attention_mask and token_type_ids or not, each [batch, sequence]")
+    found = {each.name: tuple(each.shape) for each in graph_session.get_outputs()}
+    if list(found) != list(outputs) or not all(fits(found[name], shape) for name, shape in outputs.items()):
+        raise UserError(f"{path}: the graph gives {signature_text(found)}; expected {head} "
+                        f"{signature_text(outputs)}")
+
+
+def fits(shape: Shape, expected: Shape) -> bool:
+    """The expected rank, each axis fitting (onnxruntime shows an output whose rank the graph does not
+    say as no axes: it may be anything)."""
+    if not shape:
+        return True
+    return len(shape) == len(expected) and all(axis_fits(axis, wanted) for axis, wanted in zip(shape, expected))
+
+
+def axis_fits(axis: str | int | None, wanted: str | int) -> bool:
+    """A fixed axis of the graph fits an expected axis of that size alone, never a free one (the scripts
+    run any number of texts of any length); an axis the graph leaves free (named, or of a size it does
+    not say) fits any, its size known only when the graph runs."""
+    return not isinstance(axis, int) or axis == wanted
+
+
+def signature_text(shapes: dict[str, Shape]) -> str:
+    """`logits [batch, sequence, 2000]`, each output so, between commas; none: `nothing`."""
+    return ", ".join(f"{name} [{', '.join('?' if axis is None else str(axis) for axis in shape)}]"
+                     for name, shape in shapes.items()) or "nothing"
 
 
 def graph_and_directory(path: Path) -> tuple[Path, Path]:

@@ -1,8 +1,15 @@
 """The inference scripts on an export's ONNX graph (onnx_model.py): classify.py, embed.py, ner.py, fill_mask.py and
 qa.py take the exported directory, or a .onnx file in its onnx/ folder, as they take the checkpoint,
 and give its answers (scores within 1e-4, the same labels, tags and spans); inputs are batched by
-length and come back in their order; a directory without a graph, or a file that is none, is one line."""
+length and come back in their order; a directory without a graph, or a file that is none, or a graph of
+another head or other inputs, is one line."""
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
+import onnx
 import pytest
 
 import classify
@@ -22,6 +29,8 @@ SENTENCES = ["Fine.", "A gorgeous, witty, seductive movie that never stops surpr
              "The plot made no sense at all, and the acting was wooden from the first scene to the last one.",
              "Ça coûte 5€ — très cher!"]
 CLASSIFIERS = dict.fromkeys(("sst2", "stsb"), classify.BertForSequenceClassification)
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+ANSWER_OUTPUTS = "start_logits [batch, sequence], end_logits [batch, sequence]"
 
 
 def both(tmp_path, vocab, task: str, layout: str, kinds: dict):
@@ -125,3 +134,87 @@ def test_the_graphs_metadata_reads_no_weights(vocab, tmp_path, monkeypatch):
     graph, _, fields = onnx_model.restore_model(tmp_path / "hf", CLASSIFIERS)
     assert fields["task"] == "sst2" and isinstance(graph, onnx_model.OnnxModel)
     assert all(tensor.is_meta for tensor in fields["model"].values())
+
+
+@pytest.fixture(scope="module")
+def exports(vocab, tmp_path_factory):
+    """task -> a fresh export with onnx/model.onnx, one of each head the scripts run."""
+    folder = tmp_path_factory.mktemp("exports")
+    found = {}
+    for task in ("sst2", "mlm", "ner", "squad", "embed"):
+        export_hf.export(random_checkpoint(folder / f"{task}.pt", vocab, task, LAYOUTS["bert"]), folder / task,
+                         onnx=True)
+        found[task] = folder / task
+    return found
+
+
+def with_graph_of(exports, task: str, other: str, folder: Path) -> Path:
+    """A copy of the task's export whose onnx/model.onnx is the other head's."""
+    directory = folder / f"{task}-with-{other}-graph"
+    shutil.copytree(exports[task], directory)
+    shutil.copyfile(exports[other] / "onnx" / "model.onnx", directory / "onnx" / "model.onnx")
+    return directory
+
+
+@pytest.mark.parametrize("task, other, run, found, expected", [
+    ("sst2", "mlm", lambda cp: classify.main(["--cp", cp, "fine"]),
+     "logits [batch, sequence, 2000]", "a sequence classifier's logits [batch, 2]"),
+    ("mlm", "sst2", lambda cp: fill_mask.main(["--cp", cp, "a [MASK] film"]),
+     "logits [batch, 2]", "a masked LM's logits [batch, sequence, 2000]"),
+    ("ner", "mlm", lambda cp: ner.main(["--cp", cp, "a fine film"]),
+     "logits [batch, sequence, 2000]", "a token classifier's logits [batch, sequence, 5]"),
+    ("squad", "sst2", lambda cp: qa.main(["--cp", cp, "-q", "What?", "-c", "A film."]),
+     "logits [batch, 2]", f"a question answering model's {ANSWER_OUTPUTS}"),
+    ("embed", "squad", lambda cp: embed.main(["--cp", cp, "-i", cp + "/README.md", "--query", "film"]),
+     ANSWER_OUTPUTS, "an encoder's last_hidden_state [batch, sequence, 32]"),
+])
+def test_a_graph_of_another_head_is_one_line_naming_what_it_gives_and_what_was_expected(
+        exports, tmp_path, capsys, task, other, run, found, expected):
+    directory = with_graph_of(exports, task, other, tmp_path)
+    line = one_error_line(capsys, lambda: run(str(directory)))
+    assert line == f"error: {directory / 'onnx' / 'model.onnx'}: the graph gives {found}; expected {expected}"
+
+
+def test_the_script_refuses_a_classifiers_directory_holding_an_mlm_graph_without_a_traceback(exports, tmp_path):
+    directory = with_graph_of(exports, "sst2", "mlm", tmp_path)
+    result = subprocess.run([sys.executable, str(SCRIPTS / "classify.py"), "--cp", str(directory), "a fine film"],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [f"error: {directory / 'onnx' / 'model.onnx'}: the graph gives logits "
+                                          f"[batch, sequence, 2000]; expected a sequence classifier's logits "
+                                          f"[batch, 2]"]
+
+
+def graph_file(path: Path, inputs: dict, outputs: dict) -> Path:
+    """A .onnx file of the given inputs and outputs (name -> shape, float), each output the first input."""
+    first = next(iter(inputs))
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", [first], [name]) for name in outputs], "other",
+        [onnx.helper.make_tensor_value_info(name, onnx.TensorProto.INT64, shape) for name, shape in inputs.items()],
+        [onnx.helper.make_tensor_value_info(name, onnx.TensorProto.INT64, shape) for name, shape in outputs.items()])
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)], ir_version=8), path)
+    return path
+
+
+@pytest.mark.parametrize("inputs, shown", [
+    ({"pixel_values": ["batch", 3]}, "pixel_values [batch, 3]"),
+    ({"input_ids": ["batch", "sequence", 4]}, "input_ids [batch, sequence, 4]"),
+    ({"input_ids": [1, "sequence"], "attention_mask": [1, "sequence"]},
+     "input_ids [1, sequence], attention_mask [1, sequence]"),
+])
+def test_a_graph_that_takes_other_inputs_is_one_line(exports, tmp_path, capsys, inputs, shown):
+    directory = tmp_path / "sst2"
+    shutil.copytree(exports["sst2"], directory)
+    graph = graph_file(directory / "onnx" / "model.onnx", inputs, {"logits": ["batch", 2]})
+    line = one_error_line(capsys, lambda: classify.main(["--cp", str(directory), "fine"]))
+    assert line == (f"error: {graph}: the graph takes {shown}; expected input_ids, with attention_mask and "
+                    f"token_type_ids or not, each [batch, sequence]")
+
+
+def test_a_graph_whose_axes_are_free_or_unnamed_passes_the_check(exports, tmp_path, capsys):
+    """The legacy exporter named a classifier's batch axis `Gemmlogits_dim_0`; a graph may leave a size unsaid."""
+    directory = tmp_path / "sst2"
+    shutil.copytree(exports["sst2"], directory)
+    graph_file(directory / "onnx" / "model.onnx", {"input_ids": ["b", None]}, {"logits": ["Gemmlogits_dim_0", None]})
+    model, _, _ = onnx_model.restore_model(directory, CLASSIFIERS)
+    assert isinstance(model, onnx_model.OnnxSequenceClassification)
