@@ -6,6 +6,7 @@ import builtins
 import contextlib
 import json
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +61,35 @@ def test_the_graph_of_every_head_and_layout_runs_in_onnxruntime_as_our_model(voc
     batches = onnx_export.check_batches(vocab, 96)
     assert max(ids.shape[1] for ids, _ in batches) == 96 and max(len(ids) for ids, _ in batches) > 1
     assert onnx_export.check_graph(tmp_path / "hf" / "onnx" / "model.onnx", wrapper, batches, Path("x")) < 1e-4
+
+
+def test_the_graph_is_one_file_of_torch_exports_opset_with_the_batch_and_sequence_free(vocab, tmp_path):
+    checkpoint = random_checkpoint(tmp_path / "model.pt", vocab, "sst2", LAYOUTS["preln-rope-geglu"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        export_hf.export(checkpoint, tmp_path / "hf", onnx=True)
+    assert not [each for each in caught if "legacy TorchScript-based ONNX export" in str(each.message)]
+    assert [path.name for path in (tmp_path / "hf" / "onnx").iterdir()] == ["model.onnx"]  # the weights inside
+    graph = onnx.load(tmp_path / "hf" / "onnx" / "model.onnx", load_external_data=False)
+    assert not any(onnx.external_data_helper.uses_external_data(tensor) for tensor in graph.graph.initializer)
+    assert [each.version for each in graph.opset_import if each.domain == ""] == [onnx_export.OPSET] == [18]
+    session = onnxruntime.InferenceSession(str(tmp_path / "hf" / "onnx" / "model.onnx"))
+    assert [each.shape for each in session.get_inputs()] == [["batch", "sequence"]] * 3
+    assert [each.shape for each in session.get_outputs()] == [["batch", 2]]
+
+
+def test_the_exporters_own_warnings_reach_the_user(vocab, tmp_path, monkeypatch):
+    """A deprecation torch.onnx.export warns of is shown, not hidden (only its notes on its own internals are)."""
+    checkpoint = random_checkpoint(tmp_path / "model.pt", vocab, "sst2", LAYOUTS["bert"])
+    real_export = torch.onnx.export
+
+    def export(*args, **kwargs):
+        warnings.warn("this way of exporting is deprecated", DeprecationWarning, stacklevel=2)
+        return real_export(*args, **kwargs)
+
+    monkeypatch.setattr(torch.onnx, "export", export)
+    with pytest.warns(DeprecationWarning, match="this way of exporting is deprecated"):
+        export_hf.export(checkpoint, tmp_path / "hf", onnx=True)
 
 
 def planting(change):
