@@ -43,8 +43,8 @@ from batching import pad_multiple, padded_width  # noqa: E402
 from masking import MaskingRule, mask_tokens, predictions_per_sequence  # noqa: E402
 from model import (IGNORE_INDEX, BertForMaskedLM, BertForSequenceClassification, ModelConfig,  # noqa: E402
                    attend, flops_per_token)
-from hardware import (MEASURED_NOW, keep_freed_memory, keep_kernels_for_every_width,  # noqa: E402
-                      measure_matmul_flops, peak_flops, seconds_per_call, select_device, select_dtype, synchronize)
+from hardware import (MEASURED_NOW, fast_dtype, keep_freed_memory, keep_kernels_for_every_width,  # noqa: E402
+                      measure_matmul_flops, peak_flops, seconds_per_call, select_device, synchronize)
 
 # layers, width, heads
 SIZES = {"small": (2, 128, 2), "medium": (4, 256, 4), "original": (6, 768, 12), "base": (12, 768, 12)}
@@ -355,7 +355,7 @@ def measure_memory(side: str, size: str, batch_size: int, steps: int, device) ->
     """MiB one side's MLM training (model, gradients, AdamW state, activations) adds at its peak.
     Meant for a fresh process (see peak_memory_mib), where nothing else has raised the peak."""
     import transformers  # noqa: F401  imported before the baseline by both sides alike
-    dtype = select_dtype("auto", device)
+    dtype = fast_dtype(device)
     ids = real_batch(batch_size).to(device)
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -512,7 +512,7 @@ def main(argv=None):
         mib = measure_memory(args.measure_memory, args.sizes[0], args.batch_size, args.steps, device)
         print(json.dumps({"mib": mib}))
         return
-    dtype = select_dtype("auto", device)
+    dtype = fast_dtype(device)
     peak, source = peak_flops(device, dtype, 0.0)  # the trainer's and gpu_check.py's peak, found the same way
     print(f"device {device}, {torch.get_num_threads()} threads, autocast {dtype_name(dtype)}, "
           f"batch {args.batch_size} x {SEQ_LEN}, vocab {VOCAB_SIZE}, "

@@ -180,7 +180,7 @@ class Check:
 
 def numerics(check: Check, numbers: dict):
     """The template's MLM in float32 eager against bf16 (where the device has it) + compile + fused AdamW."""
-    fast_dtype = hardware.select_dtype("auto", check.device)
+    fast_dtype = hardware.fast_dtype(check.device)
     arms = {"reference": ("float32", False, False), "candidate": (bench.dtype_name(fast_dtype), check.compiles, True)}
     for arm, (dtype, compiled, fused) in arms.items():
         numbers[arm] = f"{dtype}, {'torch.compile' if compiled else 'eager'}, {'fused' if fused else 'foreach'} AdamW"
@@ -263,7 +263,7 @@ def our_config(shape: Shape) -> ModelConfig:
 
 def throughput(check: Check, numbers: dict):
     """Each shape, ours (compiled where the check compiles) and transformers' (eager), a row each."""
-    dtype = hardware.select_dtype("auto", check.device)
+    dtype = hardware.fast_dtype(check.device)
     peak, source = hardware.peak_flops(check.device, dtype, 0.0)
     numbers.update(dtype=bench.dtype_name(dtype), peak_tflops=peak / 1e12, peak_source=source,
                    flops_counted="bench.py's: the encoder on every token, the MLM head on the 15% masked slots, "
@@ -448,7 +448,7 @@ def fine_tuning_speed(check: Check, numbers: dict):
     and compiled as config_sst2.ini runs, where the check compiles and the budget leaves a compile's
     time) and transformers' BertForSequenceClassification (sdpa, eager) with dynamic padding, padded
     to 128 and on our batches; each arm in turn, round after round."""
-    dtype = hardware.select_dtype("auto", check.device)
+    dtype = hardware.fast_dtype(check.device)
     steps, rounds = check.sizes.fine_tuning_rounds
     numbers.update(dtype=bench.dtype_name(dtype), steps_a_round=steps, rounds=rounds, rows=[])
     for size, batch_size in check.sizes.fine_tuning_speed:
@@ -712,7 +712,7 @@ def machine(device: torch.device) -> dict:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     import transformers
     return {"device": f"{name} ({device.type})", "torch": torch.__version__, "transformers": transformers.__version__,
-            "cuda": torch.version.cuda, "bf16": bench.dtype_name(hardware.select_dtype("auto", device)) == "bfloat16"}
+            "cuda": torch.version.cuda, "bf16": bench.dtype_name(hardware.fast_dtype(device)) == "bfloat16"}
 
 
 def cpu_name() -> str:

@@ -14,7 +14,7 @@ SOURCE = Path(__file__).resolve().parent.parent / "src"
 
 # The project modules a run imports; tests/test_main.py checks that a run imports these and no others.
 PRE_TRAINING_MODULES = frozenset({
-    "architecture", "atomic", "batching", "checkpoints", "config", "cpu_kernels", "distributed", "errors",
+    "architecture", "atomic", "batching", "checkpoints", "config", "cores", "cpu_kernels", "distributed", "errors",
     "hardware", "ini", "lm_data", "main", "masking", "mlm_task", "model", "optimizer", "packed_files", "run_log",
     "run_plan", "run_start", "shard_stream", "shards", "task", "throughput", "trainer", "vocab"})
 FINE_TUNING_MODULES = PRE_TRAINING_MODULES - {"lm_data", "masking", "mlm_task", "packed_files", "shard_stream",

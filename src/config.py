@@ -118,8 +118,16 @@ def warms_up(values: dict) -> bool:
     return values["lr_scheduler"].name != "one-cycle"
 
 
+def replay_clock_problem(values: dict) -> str | None:
+    """replay-clock plays back a time budget's clock: a run without a budget has none to replay."""
+    if values["replay_clock"] and not values["time_budget"].seconds:
+        return f"replay-clock = {values['replay_clock']} goes with a time-budget (the run it repeats had one)"
+    return None
+
+
 # Checks between fields, run after the per-field ones: each gives a message, or None when it holds.
 CROSS_FIELD_RULES = (
+    replay_clock_problem,
     lambda v: attention_shape_problem(v["d_model"], v["heads"], v["position"]),
     lambda v: None if v["rope_theta"] == ROPE_THETA or v["position"] == "rope" else
     f"rope-theta = {v['rope_theta']:g} goes with position = rope, not position = {v['position']}",
@@ -314,6 +322,9 @@ class Config:
     stop_at: Target | None = key(None, "end the run at the first validation where METRIC reaches VALUE "
                                  "(accuracy:0.35, loss:4): time to a target, as MLPerf compares recipes; empty: never")
     time_budget: Duration = key(Duration(0.0), "training time for the whole run (90s, 30m, 2h); 0: none")
+    replay_clock: str = key("", "a time-budget run's clock.tsv (runs/runN/clock.tsv): this run's steps take its "
+                                "recorded seconds instead of the clock's, and so repeat that run exactly; empty: the "
+                                "clock")
     optimizer: str = key("adamw", "adamw, or stable-adamw: AdamW with Adafactor's update clipping per tensor "
                                   "(ModernBERT's; stable without grad-clip)", one_of("adamw", "stable-adamw"))
     weight_decay: float = key(0.01, "AdamW weight decay, on 2-D weights only", at_least(0))
@@ -327,10 +338,12 @@ class Config:
     device: str = key("auto", "auto, cpu, cuda or cuda:N",
                       Rule(lambda value: re.fullmatch(r"auto|cpu|cuda(:\d+)?", value) is not None,
                            "auto, cpu, cuda or cuda:N"), group="Speed")
-    dtype: str = key("auto", "auto, bfloat16, float16 or float32; auto on a CPU with bf16: the faster of float32 "
-                     "and bfloat16 for this model, timed at the start",
+    dtype: str = key("auto", "auto, bfloat16, float16 or float32; auto: bf16 on CUDA (float16 without it) and on a "
+                     "CPU with bf16 from d-model 128, else float32",
                      one_of("auto", "bfloat16", "float16", "float32"))
     compile: bool = key(False, "torch.compile: slow first steps, faster after")
+    deterministic: bool = key(False, "torch's deterministic algorithms: on CUDA a run repeats bit for bit, some "
+                                     "kernels slower (as transformers' full_determinism); the CPU's already do")
     fused_adamw: bool = key(True, "the fused AdamW kernel (optimizer = adamw)")
     async_to_device: bool = key(True, "pinned host memory and non-blocking copies to the GPU")
     peak_tflops: float = key(0.0, "the matmul peak MFU is measured against; 0: published (CUDA) or measured",

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch
 
-from cores import HOST, cgroup_folders, read_words
+from cores import HOST, available_cores, cgroup_folders, read_words
 from errors import UserError
 
 BYTES_PER_WEIGHT = 4  # float32: how models are built and checkpoints stored
@@ -27,6 +27,14 @@ def select_device(name: str) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise UserError(f"device = {name}: CUDA is not available on this machine (use device = cpu or auto)")
     return torch.device(name)
+
+
+def use_the_cores_allowed():
+    """torch's threads capped at the cores this process may use (cores.available_cores: a container's
+    or a Slurm job's quota, which torch's default of the affinity's cores ignores), so that its
+    threads do not take turns on fewer cores; OMP_NUM_THREADS, where set (--ddp sets it per rank), wins."""
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(min(torch.get_num_threads(), available_cores()))
 
 
 def keep_freed_memory() -> bool:
@@ -134,14 +142,47 @@ def cpu_supports_bf16() -> bool:
     return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
-def select_dtype(name: str, device: torch.device) -> torch.dtype:
-    """Autocast dtype: bf16 where the hardware has it, else fp16 on CUDA (with a GradScaler), else fp32;
-    on a CPU with bf16, auto's bf16 is a first guess that run_start.settle_dtype times against fp32."""
-    if name != "auto":
-        return getattr(torch, name)
+# On a CPU, bf16 pays for its casts once the matmuls are wide: at d-model 128 and up it ran a training
+# step 2-3x faster than float32 on the bf16 CPUs measured, below that the two are within each
+# other's noise (etc/results.md, "dtype = auto on a CPU").
+CPU_BF16_MIN_WIDTH = 128
+
+
+def select_dtype(name: str, device: torch.device, width: int) -> torch.dtype:
+    """The autocast dtype of `dtype = name` for a model of d-model `width` on `device`."""
+    return getattr(torch, name) if name != "auto" else auto_dtype(device, width)[0]
+
+
+def fast_dtype(device: torch.device) -> torch.dtype:
+    """The device's fastest autocast dtype for wide matmuls: bf16 where it has it, else fp16 on CUDA
+    (with a GradScaler), else float32."""
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return torch.bfloat16 if cpu_supports_bf16() else torch.float32
+
+
+def auto_dtype(device: torch.device, width: int) -> tuple[torch.dtype, str]:
+    """dtype = auto, and why (for the log): a rule of the device and the model's width, never a timing,
+    so that every run of a config on a machine makes the same choice. The device's fast_dtype, but
+    float32 on a CPU below CPU_BF16_MIN_WIDTH."""
+    dtype = fast_dtype(device)
+    if dtype == torch.float32:
+        return dtype, "this CPU has no bf16"
+    if device.type == "cuda":
+        return dtype, f"this GPU's fastest: {str(dtype).removeprefix('torch.')}"
+    if width < CPU_BF16_MIN_WIDTH:
+        return torch.float32, f"d-model {width} is below {CPU_BF16_MIN_WIDTH}, where bf16 gains this CPU little"
+    return dtype, f"this CPU has bf16 and d-model {width} is at least {CPU_BF16_MIN_WIDTH}"
+
+
+def use_deterministic_algorithms():
+    """deterministic = true: the kernels that add in any order (CUDA's atomic adds, cuBLAS's split
+    reductions, cuDNN's autotuned choices) replaced by ones that repeat, as transformers'
+    full_determinism does; an op without such a kernel warns instead of stopping the run. cuBLAS
+    reads its workspace setting at its first call, so this runs before the model is built."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
 
 
 # Published dense (no sparsity) tensor-core peaks in TFLOP/s, bf16 (fp16 where there is no bf16),

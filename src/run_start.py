@@ -4,7 +4,6 @@ import dataclasses
 import math
 import shutil
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -15,8 +14,7 @@ import checkpoints
 from atomic import remove_stale_temps
 from config import INI_KEYS, Config, ini_text
 from errors import UserError
-import distributed
-from hardware import check_fits_memory, fastest_seconds, to_device
+from hardware import auto_dtype, check_fits_memory, fast_dtype
 from model import ModelConfig, count_parameters, estimated_parameters
 from optimizer import make_optimizer
 from run_log import RunLog, create_run_dir, write_run_config
@@ -188,7 +186,7 @@ class RunStarter:
         self.rank = rank
         self.world_size = world_size
         self.device = task.device
-        self.dtype_note = None  # what dtype = auto measured, for the log's header
+        self.dtype_note = None  # what dtype = auto chose and why, for the log's header
 
     def start(self, checkpoint_path: Path | None, start: dict | None, switch_training: bool,
               load_optimizer: bool, branch: bool = False) -> Run:
@@ -217,7 +215,7 @@ class RunStarter:
             run = self.open_run(model, run_dir, log)
             run.start = str(start_path.resolve()) if start is not None else None
             run.lineage = checkpoints.lineage(start) if start is not None else []
-            self.settle_dtype(run, None)
+            self.settle_dtype(None)
             self.announce(run)
         except BaseException:
             self.discard_run_dir(run_dir, log)
@@ -269,7 +267,7 @@ class RunStarter:
             decay = f" with the decay --decay-from gave it: lr-scheduler = {self.config.lr_scheduler}" \
                 if run.decay_branch else ""
             log(f"resuming {path} at step {run.step}{decay}")
-        self.settle_dtype(run, saved)
+        self.settle_dtype(saved)
         self.announce(run)
         return run
 
@@ -334,31 +332,17 @@ class RunStarter:
                   finite=torch.ones((), dtype=torch.bool, device=device))
         return run
 
-    def settle_dtype(self, run: Run, saved: dict | None):
-        """dtype = auto on a CPU with bf16: float32 or bfloat16, whichever runs a training pass of this
-        model faster here (on a small model bf16's casts can cost more than its matmuls gain), timed on
-        the first training batch, rank 0's choice on every rank; a resumed run keeps its checkpoint's."""
-        if self.config.dtype != "auto" or self.device.type != "cpu" or self.dtype == torch.float32:
+    def settle_dtype(self, saved: dict | None):
+        """dtype = auto: hardware.auto_dtype's rule, said in the log; a resumed run keeps the dtype its
+        checkpoint ran in where this device runs it fast, so that its steps go on as they were taken."""
+        if self.config.dtype != "auto":
             return
-        if saved is not None and saved["autocast"]:
-            self.dtype = getattr(torch, saved["autocast"])
-            return
-        _, batch = next(iter(self.task.train_batches(None)))
-        batch = to_device(batch, self.device, non_blocking=False)
-        with torch.random.fork_rng(devices=[]):  # dropout's draws here leave the run's stream alone
-            seconds = fastest_seconds({dtype: partial(self.training_pass, run.model, batch, dtype)
-                                       for dtype in (torch.float32, torch.bfloat16)})
-        run.model.zero_grad(set_to_none=True)
-        bfloat16 = distributed.from_rank0(float(seconds[torch.bfloat16] < seconds[torch.float32]))
-        self.dtype = torch.bfloat16 if bfloat16 else torch.float32
-        self.dtype_note = (f"dtype = auto: {str(self.dtype).removeprefix('torch.')}, the faster for this model "
-                           f"here (a training pass of the first batch: float32 {seconds[torch.float32] * 1e3:.0f} "
-                           f"ms, bfloat16 {seconds[torch.bfloat16] * 1e3:.0f} ms)")
-
-    def training_pass(self, model: nn.Module, batch: dict, dtype: torch.dtype):
-        with torch.autocast(self.device.type, dtype=dtype, enabled=dtype != torch.float32):
-            loss, _ = self.task.loss(model, batch, torch.Generator(self.device).manual_seed(0))
-        loss.backward()
+        self.dtype, reason = auto_dtype(self.device, self.config.d_model)
+        kept = saved["autocast"] if saved is not None else None
+        if kept and kept != str(self.dtype).removeprefix("torch.") and \
+                kept in ("float32", str(fast_dtype(self.device)).removeprefix("torch.")):
+            self.dtype, reason = getattr(torch, kept), "the dtype the resumed run ran in"
+        self.dtype_note = f"dtype = auto: {str(self.dtype).removeprefix('torch.')} ({reason})"
 
     def announce(self, run: Run):
         """The log's header (directory, settings, model size), and the run's config.ini."""

@@ -1,9 +1,13 @@
 """Training loss and the task's statistics, tokens/s and MFU between two log lines, with pauses
-(validation) left out; and the clock a time budget counts."""
+(validation) left out; and the clock a time budget counts, with its record."""
+import math
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
+
+from errors import UserError
 
 
 class Throughput:
@@ -91,3 +95,64 @@ class Clock:
             yield
         finally:
             self.started = self.now()
+
+
+CLOCK_RECORD = "clock.tsv"  # in the run directory
+
+
+class ClockRecord:
+    """runN/clock.tsv: the training seconds after each step, as the schedules read them, one line a
+    step (written by rank 0, flushed as it goes), so that replay-clock can repeat a time-budget run
+    exactly. A resume cuts the lines past its step: those steps are taken again."""
+
+    def __init__(self, run_dir: Path, resumed_at: int):
+        self.path = run_dir / CLOCK_RECORD
+        kept = read_clock_record(self.path)[:resumed_at] if self.path.exists() else []
+        self.file = self.path.open("w", encoding="utf-8")
+        self.file.write("step\tseconds\n" + "".join(f"{step}\t{seconds!r}\n" for step, seconds in enumerate(kept, 1)))
+        self.file.flush()
+
+    def write(self, step: int, seconds: float):
+        self.file.write(f"{step}\t{seconds!r}\n")
+        self.file.flush()
+
+    def __enter__(self) -> "ClockRecord":
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+
+
+class NoRecord:
+    """A run without a time budget, or a rank but 0: nothing recorded."""
+
+    def __enter__(self) -> "NoRecord":
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def write(self, step: int, seconds: float):
+        pass
+
+
+def read_clock_record(path: Path) -> list[float]:
+    """A clock.tsv's seconds, step 1 first; one line naming the file where it is not one."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"{path}: cannot read the clock record ({getattr(error, 'strerror', None) or error})") from None
+    if not lines or lines[0] != "step\tseconds":
+        raise UserError(f"{path}: not a run's clock record (its first line is not 'step<TAB>seconds')")
+    seconds = []
+    for number, line in enumerate(lines[1:], 2):
+        fields = line.split("\t")
+        try:
+            step, value = int(fields[0]), float(fields[1])
+        except (ValueError, IndexError):
+            raise UserError(f"{path}:{number}: expected a step and its seconds, got {line!r}") from None
+        if step != len(seconds) + 1 or not math.isfinite(value) or value < (seconds[-1] if seconds else 0.0):
+            raise UserError(f"{path}:{number}: expected step {len(seconds) + 1} and seconds that never fall, "
+                            f"got {line!r}")
+        seconds.append(value)
+    return seconds

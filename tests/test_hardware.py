@@ -34,7 +34,7 @@ def test_an_unknown_gpu_and_the_cpu_are_measured_and_the_key_wins(monkeypatch):
 
 
 def test_calls_compared_are_timed_in_turn_and_each_keeps_its_fastest(monkeypatch):
-    """A stall then slows one try of each (dtype = auto's float32 against bf16), not every try of one."""
+    """A stall then slows one try of each (measure_dtype.py's float32 against bf16), not every try of one."""
     clock, order = iter(range(100)), []
     monkeypatch.setattr(hardware.time, "perf_counter", lambda: next(clock))
     calls = {name: (lambda name=name: order.append(name)) for name in ("float32", "bf16")}
@@ -234,3 +234,17 @@ def test_onednn_keeps_a_kernel_for_every_width_unless_the_user_said_otherwise(ar
     builds = [line.split(",")[3] for line in log.splitlines() if ",100x8:8x8," in line]
     assert builds[0] == "create:cache_miss" and len(builds) == 2
     assert builds[1] == ("create:cache_miss" if built_again else "create:cache_hit")
+
+
+@pytest.mark.parametrize("environment, threads, cores, expected", [
+    ({}, 8, 2, 2), ({}, 2, 8, 2), ({"OMP_NUM_THREADS": "6"}, 6, 2, None)])
+def test_torchs_threads_are_capped_at_the_cores_a_container_allows(monkeypatch, environment, threads, cores, expected):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    chosen = []
+    monkeypatch.setattr(hardware.torch, "get_num_threads", lambda: threads)
+    monkeypatch.setattr(hardware.torch, "set_num_threads", chosen.append)
+    monkeypatch.setattr(hardware, "available_cores", lambda: cores)
+    hardware.use_the_cores_allowed()
+    assert chosen == ([] if expected is None else [expected])

@@ -151,8 +151,8 @@ def test_ctrl_c_while_starting_is_one_line_and_exit_130(mlm_workdir_factory, tmp
 
 
 # What a run reads: the project's modules it imports, held in scripts/house_numbers.py, which counts
-# their lines. A module added to these paths is a decision (issue 39's budget: at most 26 modules and
-# 4,500 lines for pre-training), not an accident.
+# their lines. A module added to these paths is a decision (issue 39 set 26 modules for pre-training;
+# cores.py, the cgroup's quota of cores and memory, made it 27), not an accident.
 IMPORTED_BY_A_RUN = f"""
 import atexit, json, pathlib, sys
 sys.path.insert(0, {str(ROOT / 'src')!r})
@@ -183,7 +183,7 @@ def test_a_fine_tuning_run_imports_only_its_own_modules(mlm_workdir, rotten_toma
     assert imported == FINE_TUNING_MODULES, (imported - FINE_TUNING_MODULES, FINE_TUNING_MODULES - imported)
 
 
-def test_house_numbers_counts_the_runs_modules_and_finds_no_chain_longer_than_eight(capsys):
+def test_house_numbers_counts_the_runs_modules_and_finds_no_chain_longer_than_nine(capsys):
     house_numbers.main()
     lines = capsys.readouterr().out.splitlines()
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in lines if line.startswith("| ")}
@@ -193,4 +193,7 @@ def test_house_numbers_counts_the_runs_modules_and_finds_no_chain_longer_than_ei
     assert counts["lines"] == sum(len((house_numbers.SOURCE / f"{name}.py").read_text().splitlines())
                                   for name in PRE_TRAINING_MODULES)
     chain = house_numbers.longest_chain()  # a circle would end it with an error
-    assert len(chain) <= 8 and lines[-1].endswith(" -> ".join(chain))
+    # 9 since temp names carry their host (packed_files -> atomic): config -> legacy -> packed_files -> atomic
+    # -> errors under classification_task -> teacher -> hf_import -> checkpoints; the core-and-wings layout
+    # (issue 72) is to shorten it
+    assert len(chain) <= 9 and lines[-1].endswith(" -> ".join(chain))

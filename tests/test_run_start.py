@@ -1,6 +1,6 @@
 """src/run_start.py: the rule for --cp (resume its run or start a new one from its weights), the
 settings a resumed run keeps, a run that fails to start leaving no directory, and dtype = auto's
-choice by timing. Resuming exactly is tested through whole runs in test_trainer.py."""
+rule. Resuming exactly is tested through whole runs in test_trainer.py."""
 import re
 import resource
 import subprocess
@@ -14,7 +14,6 @@ import hardware
 import main
 from config import Config
 from errors import UserError
-from run_log import RunLog
 from run_start import RunStarter, check_same_global_batch, check_same_measure, resumes
 
 MAIN = Path(__file__).resolve().parent.parent / "src" / "main.py"
@@ -119,43 +118,37 @@ def test_a_decay_branch_resumed_by_plain_cp_goes_on_with_the_decay_it_was_given(
            "lr-scheduler = wsd:0.5" in log
 
 
-@pytest.mark.parametrize("faster", [torch.float32, torch.bfloat16])
-def test_dtype_auto_on_a_bf16_cpu_keeps_the_faster_and_a_resume_keeps_it(mlm_workdir, monkeypatch, faster):
-    """The two dtypes timed on the model's first training batch (times planted here), the choice said in
-    the log and saved; resumed, the run reads it back and times nothing."""
+@pytest.mark.parametrize("bf16, width, chosen", [(True, 64, torch.float32), (True, 128, torch.bfloat16),
+                                                  (True, 768, torch.bfloat16), (False, 768, torch.float32)])
+def test_dtype_auto_on_a_cpu_is_a_rule_of_its_bf16_and_the_width_and_times_nothing(monkeypatch, bf16, width, chosen):
+    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: bf16)
+    monkeypatch.setattr(hardware.time, "perf_counter", lambda: pytest.fail("dtype = auto timed something"))
+    dtype, reason = hardware.auto_dtype(torch.device("cpu"), width)
+    assert dtype == chosen and reason
+    assert hardware.select_dtype("auto", torch.device("cpu"), width) == chosen
+    assert hardware.select_dtype("float32", torch.device("cpu"), width) == torch.float32
+
+
+@pytest.mark.parametrize("width, name", [(64, "float32"), (128, "bfloat16")])
+def test_dtype_auto_says_its_choice_and_reason_and_a_resume_keeps_the_dtype_its_run_ran_in(
+        mlm_workdir, monkeypatch, width, name):
+    """The rule's choice in the log and the checkpoint; a checkpoint whose run ran in the other dtype
+    (a run an earlier version timed) resumes in that one."""
     import checkpoints
-    import run_start
     monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
-    timed = []
-
-    def seconds(calls):
-        timed.extend(calls)
-        return {dtype: 1.0 if dtype == faster else 2.0 for dtype in calls}
-    monkeypatch.setattr(run_start, "fastest_seconds", seconds)
-    main.main(["--dtype", "auto", "--max-iters", "2", "--val-interval", "2", "--val-iters", "1"])
-    name = str(faster).removeprefix("torch.")
+    shape = ["--d-model", str(width), "--d-ff", str(2 * width)]
+    main.main(["--dtype", "auto", *shape, "--max-iters", "2", "--val-interval", "2", "--val-iters", "1"])
     log = Path("runs/run0/logs/log.txt").read_text(encoding="utf-8")
-    assert f"dtype = auto: {name}, the faster for this model here" in log
-    assert f"autocast {name};" in log and timed == [torch.float32, torch.bfloat16]
-    assert checkpoints.load(Path("runs/run0/checkpoints/checkpoint.pt"))["autocast"] == name
-    timed.clear()
-    main.main(["--dtype", "auto", "--max-iters", "4", "--val-interval", "2", "--val-iters", "1",
-               "--cp", "runs/run0/checkpoints/checkpoint.pt"])
-    assert timed == [] and checkpoints.load(Path("runs/run0/checkpoints/checkpoint.pt"))["autocast"] == name
+    assert f"dtype = auto: {name} (" in log and f"autocast {name};" in log
+    path = Path("runs/run0/checkpoints/checkpoint.pt")
+    saved = checkpoints.load(path)
+    assert saved["autocast"] == name
+    other = "bfloat16" if name == "float32" else "float32"
+    checkpoints.save(path, {**saved, "autocast": other})
+    main.main(["--dtype", "auto", *shape, "--max-iters", "4", "--val-interval", "2", "--val-iters", "1",
+               "--cp", str(path)])
+    assert checkpoints.load(path)["autocast"] == other
     log = Path("runs/run0/logs/log.txt").read_text(encoding="utf-8")
-    assert log.count("dtype = auto:") == 1 and log.count(f"autocast {name};") == 2
+    assert f"dtype = auto: {other} (the dtype the resumed run ran in)" in log and f"autocast {other};" in log
 
 
-def test_a_pass_timed_for_dtype_auto_leaves_the_model_and_the_random_stream_as_they_were(mlm_workdir, monkeypatch):
-    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
-    config = main.load_config(None, ["--dtype", "auto"])
-    starter = RunStarter(config, main.make_task(config), torch.bfloat16)
-    model = starter.build_model(None)
-    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-    run = starter.open_run(model, Path("scratch"), RunLog(None, config))
-    state = torch.random.get_rng_state()
-    starter.settle_dtype(run, None)
-    assert torch.equal(torch.random.get_rng_state(), state)
-    assert all(parameter.grad is None for parameter in model.parameters())
-    assert all(torch.equal(tensor, before[name]) for name, tensor in model.state_dict().items())
-    assert starter.dtype in (torch.float32, torch.bfloat16)

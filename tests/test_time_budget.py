@@ -3,6 +3,7 @@ checkpoint when the budget is spent (a fake clock: one second per training step,
 free), resume continuing the count, and two DDP ranks stopping together on rank 0's clock;
 stop-at, the run that ends when a validation metric reaches a target, with the time it took."""
 import pytest
+import torch
 
 import checkpoints
 import hardware
@@ -126,3 +127,56 @@ def test_a_stop_at_metric_the_task_does_not_validate_is_one_line_before_the_firs
 def test_a_malformed_stop_at_is_one_line(value):
     with pytest.raises(UserError, match="stop-at = .*expected METRIC:VALUE"):
         Config(stop_at=value)
+
+
+def test_a_time_budget_run_records_its_clock_and_replay_clock_repeats_it_bit_for_bit(mlm_workdir):
+    """The clock itself (real seconds) decides the first run's steps and rates; the second follows
+    its record and ends the same, to the last bit of every weight."""
+    budget = ["--time-budget", "3s", "--max-iters", "100000", "--val-interval", "100000", "--warmup-iters", "2"]
+    first = main.run(load_config(None, budget + ["--run-id", "first"]), None, False)
+    record = first / throughput.CLOCK_RECORD
+    seconds = throughput.read_clock_record(record)
+    second = main.run(load_config(None, budget + ["--run-id", "second", "--replay-clock", str(record)]), None, False)
+    one, other = (checkpoints.load(run / "checkpoints" / "checkpoint.pt") for run in (first, second))
+    assert one["step"] == other["step"] == len(seconds) and one["elapsed"] == other["elapsed"] == seconds[-1]
+    assert all(torch.equal(one["model"][name], other["model"][name]) for name in one["model"])
+    assert throughput.read_clock_record(second / throughput.CLOCK_RECORD) == seconds
+
+
+def test_a_resume_cuts_the_clock_record_to_its_step_and_goes_on(mlm_workdir, fake_clock):
+    budget = ["--time-budget", "10s", "--warmup-iters", "2"]
+    run_dir = main.run(load_config(None, budget + ["--max-iters", "6", "--val-interval", "4"]), None, False)
+    path = run_dir / "checkpoints" / "checkpoint.pt"
+    record = run_dir / throughput.CLOCK_RECORD
+    assert throughput.read_clock_record(record) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    with record.open("a", encoding="utf-8") as file:
+        file.write("7\t99.0\n")  # a step a killed run took after its last checkpoint
+    main.run(load_config(None, budget + ["--max-iters", "1000", "--val-interval", "4"]), path, False)
+    assert throughput.read_clock_record(record) == [float(step) for step in range(1, 11)]
+
+
+@pytest.mark.parametrize("record, message", [
+    (None, "cannot read the clock record"),
+    ("step\tseconds\n1\t0.5\n2\t1.0\n", "it records 2 steps (1.0 s), short of time-budget = 10s: the run it records "
+                                        "was stopped before its end"),
+    ("step,seconds\n", "not a run's clock record"),
+    ("step\tseconds\n1\t0.5\n3\t1.0\n", ":3: expected step 2 and seconds that never fall"),
+    ("step\tseconds\n1\t0.5\n2\tsoon\n", ":3: expected a step and its seconds"),
+])
+def test_a_clock_record_that_cannot_be_replayed_is_one_line(mlm_workdir, capsys, record, message):
+    path = mlm_workdir / "clock.tsv"
+    if record is not None:
+        path.write_text(record, encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(["--time-budget", "10s", "--replay-clock", str(path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+    assert not (mlm_workdir / "runs" / "run0").exists()
+
+
+def test_replay_clock_goes_with_a_time_budget(tmp_path):
+    (tmp_path / "config.ini").write_text("")
+    with pytest.raises(UserError) as error:
+        load_config(tmp_path / "config.ini", ["--replay-clock", "runs/run0/clock.tsv"])
+    assert "replay-clock = runs/run0/clock.tsv goes with a time-budget" in str(error.value)
