@@ -8,15 +8,20 @@ BERT's own architecture becomes transformers' BERT classes (BertForMaskedLM,
 BertForSequenceClassification, ...); any other (pre-LN, RoPE, GeGLU, mean pooling, ...) a model
 whose code travels in the directory, loaded with trust_remote_code=True. The directory also holds
 the tokenizer (tokenizer.json, vocab.txt), the label names and a model card (README.md). It is
-written whole into a temporary directory first, then renamed into place; --force replaces an
-earlier export and nothing else (never the directory holding the checkpoint). With --onnx it also
-holds onnx/model.onnx, checked against our model in onnxruntime; with --quantize int8 the int8 graph
-beside it, both scored on the run's validation split (onnx_export.py).
+written whole into a hidden workspace beside it first, then renamed into place: Ctrl-C or SIGTERM
+leaves nothing, and a workspace a killed export left, the next export to the same place removes.
+--force replaces an earlier export and nothing else (never the directory holding the checkpoint).
+With --onnx it also holds onnx/model.onnx, checked against our model in onnxruntime; with
+--quantize int8 the int8 graph beside it, both scored on the run's validation split (onnx_export.py).
 """
 import argparse
+import contextlib
+import fcntl
 import json
 import os
+import re
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -91,12 +96,13 @@ def export(checkpoint_path: Path, out_dir: Path, force: bool = False, onnx: bool
     if quantize:
         onnx_export.check_quantizable(checkpoint, checkpoint_path)
     check_weights(checkpoint_path, checkpoint)
-    check_output(out_dir, checkpoint_path, force)
     files = directory_files(checkpoint_path, checkpoint)
     target = out_dir.resolve()  # a link stays a link; the directory it leads to is replaced
+    remove_left_workspaces(target)  # first: an earlier export one of them held goes back into place
+    check_output(out_dir, checkpoint_path, force)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        temp, lock = new_workspace(target.parent, f".{target.name}.")
     except OSError as error:
         raise UserError(f"{out_dir}: cannot create the output directory ({error.strerror})") from None
     try:
@@ -118,7 +124,7 @@ def export(checkpoint_path: Path, out_dir: Path, force: bool = False, onnx: bool
     except OSError as error:
         raise UserError(f"{out_dir}: cannot write ({error.strerror})") from None
     finally:
-        shutil.rmtree(temp, ignore_errors=True)
+        remove_workspace(temp, lock)
     return sorted(str(path.relative_to(target)) for path in target.rglob("*") if path.is_file())
 
 
@@ -145,17 +151,69 @@ def replace_directory(new: Path, out_dir: Path):
         new.rename(out_dir)
         sync_directory(out_dir.parent)
         return
-    aside = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
+    aside, lock = new_workspace(out_dir.parent, f".{out_dir.name}.old.")
     try:
         out_dir.rename(aside / out_dir.name)
         try:
             new.rename(out_dir)
-        except OSError:
+        except BaseException:  # an OSError, or Ctrl-C or SIGTERM between the two renames
             (aside / out_dir.name).rename(out_dir)  # the earlier export stays
             raise
     finally:
-        shutil.rmtree(aside)
+        remove_workspace(aside, lock)
         sync_directory(out_dir.parent)
+
+
+def new_workspace(parent: Path, prefix: str) -> tuple[Path, int]:
+    """A new hidden directory in `parent`, named with this process's id, and a descriptor that holds its
+    lock while the export lives: what tells a workspace a killed export left from a running one's."""
+    path = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}.", dir=parent))
+    descriptor = os.open(path, os.O_RDONLY)
+    fcntl.flock(descriptor, fcntl.LOCK_EX)
+    return path, descriptor
+
+
+def remove_workspace(path: Path, lock: int):
+    shutil.rmtree(path, ignore_errors=True)
+    os.close(lock)  # its lock goes with it
+
+
+def remove_left_workspaces(target: Path):
+    """Remove the workspaces beside `target` that exports killed before their cleanup left (kill -9, a
+    lost machine): those whose process is gone and whose lock no process holds (a running export's is
+    never touched, on this machine or another sharing the disk)."""
+    workspace = re.compile(rf"\.{re.escape(target.name)}\.(?P<aside>old\.)?(?P<pid>\d+)\.[a-z0-9_]{{8}}")
+    if not target.parent.is_dir():
+        return
+    for entry in target.parent.iterdir():
+        found = workspace.fullmatch(entry.name)
+        if found and entry.is_dir() and not entry.is_symlink() and not process_alive(int(found["pid"])):
+            with contextlib.suppress(OSError):  # one that cannot be removed stays, as it was
+                remove_left_workspace(entry, target, bool(found["aside"]))
+
+
+def remove_left_workspace(entry: Path, target: Path, aside: bool):
+    """Remove a workspace whose lock is free; an earlier export it holds aside (its export was killed
+    between moving it and putting the new one in place) goes back where nothing took its place."""
+    descriptor = os.open(entry, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: a running export's
+        earlier = entry / target.name
+        if aside and earlier.is_dir() and not os.path.lexists(target):
+            earlier.rename(target)
+        shutil.rmtree(entry)
+    finally:
+        os.close(descriptor)
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's
+    return True
 
 
 def parse_args(argv=None):
@@ -186,4 +244,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops as Ctrl-C does: nothing is left
     main()
