@@ -1,5 +1,6 @@
 """float32 against bf16 for a config's training step on this machine, at one or more model sizes,
-beside what `dtype = auto` picks (hardware.auto_dtype: a rule, which this table is the evidence for).
+beside what `dtype = auto` picks (hardware.auto_dtype: a rule, which tables like this one are the
+evidence for).
 
     python scripts/measure_dtype.py --config etc/templates/config_cpu.ini
     python scripts/measure_dtype.py --config etc/templates/config_cpu.ini --sizes 2x64 2x128 4x256 6x768
@@ -74,7 +75,7 @@ def timed_step(trainer: Trainer, run, batches, meter):
 
 
 def row(config, seconds: dict[torch.dtype, float]) -> str:
-    chosen, _ = hardware.auto_dtype(hardware.select_device(config.device), config.d_model)
+    chosen, _ = hardware.auto_dtype(hardware.select_device(config.device))
     fp32, bf16 = seconds[torch.float32], seconds[torch.bfloat16]
     return f"| {config.n_layer} x {config.d_model} | {fp32 * 1e3:,.1f} | {bf16 * 1e3:,.1f} | {fp32 / bf16:.2f}x | " \
            f"{str(chosen).removeprefix('torch.')} |"
@@ -86,7 +87,7 @@ def main(argv=None):
     config = load_config(args.config, overrides)
     device = hardware.select_device(config.device)
     if hardware.fast_dtype(device) != torch.bfloat16:
-        raise UserError(f"device {device} has no bf16: dtype = auto runs {hardware.auto_dtype(device, 0)[0]} here, "
+        raise UserError(f"device {device} has no bf16: dtype = auto runs {hardware.auto_dtype(device)[0]} here, "
                         f"nothing to compare")
     started = time.perf_counter()
     print(f"{config.task_type}, batch {config.batch_size} x {config.seq_len}, device {device}, "

@@ -338,8 +338,8 @@ class Config:
     device: str = key("auto", "auto, cpu, cuda or cuda:N",
                       Rule(lambda value: re.fullmatch(r"auto|cpu|cuda(:\d+)?", value) is not None,
                            "auto, cpu, cuda or cuda:N"), group="Speed")
-    dtype: str = key("auto", "auto, bfloat16, float16 or float32; auto: bf16 on CUDA (float16 without it) and on a "
-                     "CPU with bf16 from d-model 128, else float32",
+    dtype: str = key("auto", "auto, bfloat16, float16 or float32; auto: bf16 where the GPU or CPU has it, else "
+                     "float16 on CUDA, float32 on a CPU",
                      one_of("auto", "bfloat16", "float16", "float32"))
     compile: bool = key(False, "torch.compile: slow first steps, faster after")
     deterministic: bool = key(False, "torch's deterministic algorithms: on CUDA a run repeats bit for bit, some "

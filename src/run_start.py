@@ -337,7 +337,7 @@ class RunStarter:
         checkpoint ran in where this device runs it fast, so that its steps go on as they were taken."""
         if self.config.dtype != "auto":
             return
-        self.dtype, reason = auto_dtype(self.device, self.config.d_model)
+        self.dtype, reason = auto_dtype(self.device)
         kept = saved["autocast"] if saved is not None else None
         if kept and kept != str(self.dtype).removeprefix("torch.") and \
                 kept in ("float32", str(fast_dtype(self.device)).removeprefix("torch.")):

@@ -90,8 +90,7 @@ class Trainer:
             hardware.keep_kernels_for_every_width()
         if config.deterministic:
             hardware.use_deterministic_algorithms()
-        self.starter = RunStarter(config, task, hardware.select_dtype(config.dtype, self.device, config.d_model),
-                                   rank, world_size)
+        self.starter = RunStarter(config, task, hardware.select_dtype(config.dtype, self.device), rank, world_size)
 
     @property
     def dtype(self) -> torch.dtype:

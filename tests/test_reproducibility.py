@@ -1,6 +1,6 @@
 """The same config and seed make the same run: two runs of each, in fresh processes, with another
 process keeping a core busy, end bit for bit equal (weights, optimizer state, the log's losses), for
-pre-training and fine-tuning, under the default `dtype = auto` at a width where a bf16 CPU runs bf16."""
+pre-training and fine-tuning, under the default `dtype = auto` (bf16 on a CPU that has it)."""
 import csv
 import os
 import re
@@ -15,7 +15,7 @@ import checkpoints
 from conftest import write_mlm_config
 
 MAIN = Path(__file__).resolve().parent.parent / "src" / "main.py"
-# A width at which dtype = auto picks bf16 on a CPU that has it (hardware.CPU_BF16_MIN_WIDTH).
+# Under dtype = auto (the default, left out of the config here) a CPU with bf16 runs bf16.
 SHAPE = {"d-model": 128, "d-ff": 256, "heads": 2, "max-iters": 8, "lr-decay-iters": 8, "val-interval": 4,
          "dropout": 0.1}
 BUSY_LOOP = "import torch\ntorch.set_num_threads(1)\na = torch.randn(384, 384)\nwhile True:\n    a @ a\n"
