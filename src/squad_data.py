@@ -164,7 +164,6 @@ class EncodedQuestions:
     answer_start: np.ndarray
     answer_end: np.ndarray
     offsets: list[np.ndarray]  # per question, [pieces, 2] character spans of its context's pieces
-    weights: np.ndarray  # float32: each window's weight in the training loss (window_weights)
 
     def __len__(self) -> int:
         return len(self.questions)
@@ -185,19 +184,6 @@ def context_windows(pieces: int, room: int, overlap: int) -> list[tuple[int, int
         start = windows[-1][0] + step
         windows.append((start, min(start + room, pieces)))
     return windows
-
-
-def window_weights(questions: np.ndarray, at_cls: np.ndarray, answerable: np.ndarray) -> np.ndarray:
-    """Each window's weight in the training loss: 1, except that the windows of an answerable question
-    which do not hold its answer (labelled at [CLS], as run_qa labels them) share one window's weight.
-    Counted as run_qa counts them, [CLS] is the label of 85% of the demo's squad_v2 windows (3.4 of
-    4.4 per answerable question): a small model learns "no answer" everywhere and [CLS] then beats the
-    best span in run_qa's null rule. An unanswerable question's windows keep their weight: the null
-    score is the lowest over its windows, so each must learn it. questions: the question of each
-    window; at_cls: the window is labelled at [CLS]; answerable: per question."""
-    answerless = at_cls & answerable[questions]
-    counts = np.bincount(questions[answerless], minlength=len(answerable))
-    return np.where(answerless, 1.0 / np.maximum(counts[questions], 1), 1.0).astype(np.float32)
 
 
 def answer_pieces(offsets: np.ndarray, start: int, end: int) -> tuple[int, int] | None:
@@ -235,9 +221,7 @@ def encode_questions(vocab, data: Questions, seq_len: int, overlap: int, max_que
             columns["first_pieces"].append(first)
     flat = lambda name, dtype: np.asarray([item for row in columns[name] for item in row], dtype=dtype)  # noqa: E731
     array = lambda name: np.asarray(columns[name], dtype=np.int64)  # noqa: E731
-    answerable = np.asarray([bool(answers) for answers in data.answers], dtype=bool)
-    weights = window_weights(array("questions"), array("answer_start") == 0, answerable)
     return EncodedQuestions(flat("tokens", np.int64), flat("segments", np.int8),
                             np.r_[0, np.cumsum(columns["lengths"])].astype(np.int64), array("questions"),
                             array("window_offsets"), array("first_pieces"), array("answer_start"),
-                            array("answer_end"), offsets, weights)
+                            array("answer_end"), offsets)

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 import squad_data
 from batching import gather_padded, pad_multiple, padded_width
@@ -44,7 +43,7 @@ class QuestionSplit(EncodedSplit):
         segment_ids, _ = gather_padded(windows.segments, windows.starts, rows, width, 0)
         return {"input_ids": input_ids, "attention_mask": real, "segment_ids": segment_ids,
                 "start_positions": windows.answer_start[rows], "end_positions": windows.answer_end[rows],
-                "weights": windows.weights[rows], "windows": rows}
+                "windows": rows}
 
 
 @dataclass
@@ -129,13 +128,8 @@ class QuestionAnsweringTask(FineTuningTask):
                      batch["start_positions"] if labelled else None, batch["end_positions"] if labelled else None)
 
     def loss(self, model, batch: dict, generator=None, mask_rate=None):
-        """The windows' start and end cross-entropies, their mean weighted by squad_data.window_weights
-        (validation's loss is the plain mean), and [windows, starts right, ends right]; no host sync."""
-        start, end, _ = self.outputs(model, batch, labelled=False)
-        per_window = (F.cross_entropy(start, batch["start_positions"], reduction="none")
-                      + F.cross_entropy(end, batch["end_positions"], reduction="none")) / 2
-        weights = batch["weights"]
-        loss = (per_window * weights).sum() / weights.sum()
+        """Mean loss, and [windows, starts right, ends right]; no host sync."""
+        start, end, loss = self.outputs(model, batch)
         return loss, torch.stack([batch["start_positions"].new_tensor(len(start)),
                                   (start.argmax(-1) == batch["start_positions"]).sum(),
                                   (end.argmax(-1) == batch["end_positions"]).sum()])

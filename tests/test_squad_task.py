@@ -18,7 +18,6 @@ import main
 import make_qa_demo
 import qa
 import squad_data
-import squad_task
 from conftest import assert_resumes_exactly_mid_epoch, one_error_line, write_mlm_config
 from test_distributed import run_main
 from squad_data import Questions, answer_pieces, context_windows, encode_questions
@@ -185,47 +184,6 @@ def test_the_answer_is_labelled_in_each_window_that_holds_it_whole_else_cls(voca
     span = vocab.decode_tokens(tokens[windows.answer_start[w]:windows.answer_end[w] + 1])
     assert "".join(span).replace("##", "") == "answerhere"
     assert windows.answer_start[:-1].tolist() == [0] * (len(windows) - 1)  # the others: [CLS]
-
-
-def test_the_answerless_windows_of_an_answerable_question_share_one_window_s_weight(vocab):
-    """Labelled at [CLS] as run_qa labels them, but together weighing as one window in the training
-    loss; an unanswerable question's windows and the answer's window weigh 1 each."""
-    context = " ".join(f"w{number}" for number in range(60)) + " the answer here"
-    data = Questions(["has", "none"], ["where?", "when?"], [context, context],
-                     [[("answer here", context.index("answer here"))], []], ())
-    windows = encode_questions(vocab, data, 32, 8, 64)
-    has, none = windows.questions == 0, windows.questions == 1
-    holding = has & (windows.answer_start > 0)
-    assert holding.sum() == 1 and has.sum() > 2
-    assert windows.weights[holding].tolist() == [1.0] and (windows.weights[none] == 1.0).all()
-    assert windows.weights[has & ~holding] == pytest.approx(np.full((has & ~holding).sum(), 1 / (has.sum() - 1)))
-    # every answerable question of a whole split: its answerless windows weigh 1 together
-    weights = squad_data.window_weights(np.array([0, 0, 0, 1, 1, 2]), np.array([1, 0, 1, 1, 1, 1], dtype=bool),
-                                        np.array([True, False, True]))
-    assert weights.tolist() == [0.5, 1.0, 0.5, 1.0, 1.0, 1.0]
-
-
-def test_the_training_loss_is_the_windows_mean_weighted_by_their_weights(vocab):
-    context = " ".join(f"w{number}" for number in range(60)) + " the answer here"
-    data, split = one_question(vocab, context, "answer here", seq_len=32, stride=8)
-    rows = np.arange(len(split.encoded))
-    batch = {name: torch.from_numpy(value) for name, value in split.batch(rows, vocab.pad_id, 32, 8).items()}
-    torch.manual_seed(0)
-    model = squad_task.BertForQuestionAnswering(squad_task.ModelConfig(vocab_size=vocab.size, d_model=16, heads=2,
-                                                                       n_layer=1, d_ff=32, max_len=32)).eval()
-    task = squad_task.QuestionAnsweringTask.__new__(squad_task.QuestionAnsweringTask)
-    with torch.no_grad():
-        loss, statistics = task.loss(model, batch)
-        start, end, plain = model(batch["input_ids"], batch["attention_mask"], batch["segment_ids"],
-                                  batch["start_positions"], batch["end_positions"])
-    cross_entropy = torch.nn.functional.cross_entropy  # one window at a time, as the plain mean of one
-    per_window = torch.stack([(cross_entropy(start[row:row + 1], batch["start_positions"][row:row + 1])
-                               + cross_entropy(end[row:row + 1], batch["end_positions"][row:row + 1])) / 2
-                              for row in rows])
-    weights = torch.from_numpy(split.encoded.weights)
-    assert float(loss) == pytest.approx(float((per_window * weights).sum() / weights.sum()), rel=1e-5)
-    assert float(loss) != pytest.approx(float(plain), rel=1e-3)  # the plain mean weighs every window alike
-    assert int(statistics[0]) == len(rows)
 
 
 def test_the_best_span_is_legal_and_its_text_comes_from_the_context(vocab):
