@@ -16,8 +16,8 @@ from conftest import write_mlm_config
 
 MAIN = Path(__file__).resolve().parent.parent / "src" / "main.py"
 # Under dtype = auto (the default, left out of the config here) a CPU with bf16 runs bf16.
-SHAPE = {"d-model": 128, "d-ff": 256, "heads": 2, "max-iters": 8, "lr-decay-iters": 8, "val-interval": 4,
-         "dropout": 0.1}
+SHAPE = {"d-model": 128, "d-ff": 256, "heads": 2, "max-iters": 8, "lr-decay-iters": 8, "warmup-iters": 2,
+         "val-interval": 4, "dropout": 0.1}
 BUSY_LOOP = "import torch\ntorch.set_num_threads(1)\na = torch.randn(384, 384)\nwhile True:\n    a @ a\n"
 
 
@@ -73,7 +73,7 @@ def test_two_fine_tuning_runs_of_one_config_and_seed_are_bit_for_bit_equal_besid
         with (work / f"{split}.csv").open("w", newline="", encoding="utf-8") as file:
             csv.writer(file).writerows([("text", "label"), *rows])
     config = write_mlm_config(work, **SHAPE, task_type="classify", train_file="train.csv",
-                              validation_file="dev.csv", warmup_iters=2)
+                              validation_file="dev.csv")
     config.write_text(re.sub(r"^(dtype|dataset-pattern|val-dataset-pattern|test-dataset-pattern) = .*\n", "",
                              config.read_text(encoding="utf-8"), flags=re.MULTILINE), encoding="utf-8")
     assert_same_run(train(work, "first", "--cp", str(start)), train(work, "second", "--cp", str(start)))
