@@ -49,7 +49,7 @@ class FineTuningTask:
     mismatched)."""
     predictions_per_token = 0.0  # no MLM head
     last_layer_share = 1.0  # every token's state is read (NER, SQuAD); one a row with [CLS] pooling
-    data_source = None  # a fine-tuning's data is named by its task
+    data_source = None  # a GLUE layout is named by its task; your own files set their record (task.files_record)
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         self.name = config.task_type
