@@ -87,7 +87,8 @@ def main(argv=None):
     config = load_config(args.config, overrides)
     device = hardware.select_device(config.device)
     if hardware.fast_dtype(device) != torch.bfloat16:
-        raise UserError(f"device {device} has no bf16: dtype = auto runs {hardware.auto_dtype(device)[0]} here, "
+        raise UserError(f"device {device} has no bf16: dtype = auto runs "
+                        f"{str(hardware.auto_dtype(device)[0]).removeprefix('torch.')} here, "
                         f"nothing to compare")
     started = time.perf_counter()
     print(f"{config.task_type}, batch {config.batch_size} x {config.seq_len}, device {device}, "
