@@ -31,7 +31,7 @@ from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 import checkpoints  # noqa: E402
-from atomic import sync_directory  # noqa: E402
+from atomic import process_alive, sync_directory  # noqa: E402
 import hf_export  # noqa: E402
 import onnx_export  # noqa: E402
 from errors import UserError, exit_on_user_error, naming_a_full_disk  # noqa: E402
@@ -204,16 +204,6 @@ def remove_left_workspace(entry: Path, target: Path, aside: bool):
         shutil.rmtree(entry)
     finally:
         os.close(descriptor)
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # another user's
-    return True
 
 
 def parse_args(argv=None):
