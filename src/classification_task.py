@@ -28,7 +28,6 @@ from distributed import every_rank
 from errors import UserError
 from fine_tuning import EncodedSplit, FineTuningTask, pooled_share
 from model import BertForSequenceClassification, ModelConfig
-from task import files_record, transfer_files
 
 
 def glue_task_of(config, names: tuple[str, ...] = ()) -> glue_tasks.GlueTask:
@@ -219,24 +218,14 @@ class ClassificationTask(FineTuningTask):
         self.names_from_data = False
         self.use_names(names, "the checkpoint's")
 
-    def check_data(self, splits: tuple[str, ...]):
-        """The splits read and checked; and, once, as the run starts, the record of its own files taken
-        (data_source): what its checkpoints keep, and what a resumed run must find unchanged."""
-        super().check_data(splits)
-        if self.data_source is None:
-            self.data_source = files_record(self.data_files())
-
     def data_files(self) -> dict[str, tuple[Path, ...]]:
-        """The user's files that make the run's data, by key: classify(_pair)'s training and validation
-        files, and transfer-data's. test-file is not among them: neither training nor best.pt reads it, and
-        --test scores whatever it holds then (a test set corrected since), so a change never stops a
-        resume. glue-dir's layouts are not either: a resumed run may read the same data in another layout."""
-        files = {}
+        """transfer-data's files, and classify(_pair)'s training and validation files. test-file is not
+        among them: neither training nor best.pt reads it, and --test scores whatever it holds then (a
+        test set corrected since), so a change never stops a resume."""
+        files = super().data_files()
         if self.config.train_file:
-            files = {"train-file": (Path(self.config.train_file),),
-                     "validation-file": (Path(self.config.validation_file),)}
-        if self.config.transfer_data:
-            files["transfer-data"] = transfer_files(self.config.transfer_data)
+            files |= {"train-file": (Path(self.config.train_file),),
+                      "validation-file": (Path(self.config.validation_file),)}
         return files
 
     def read_examples(self, split: str, name: str) -> glue_data.Examples:

@@ -33,7 +33,6 @@ from hardware import to_device
 from model import BertForEmbedding, ModelConfig
 from pair_encoding import EncodedExamples, encode_examples
 from retrieval_metrics import best_documents, retrieval_scores
-from task import files_record, transfer_files
 
 
 class TrainingTexts(EncodedSplit):
@@ -90,14 +89,6 @@ class EmbeddingTask(FineTuningTask):
         if config.teacher:
             from teacher import load_teacher  # a run without a teacher reads no other model
             self.teacher = load_teacher(Path(config.teacher), vocab, config.seq_len, device, BertForEmbedding)
-
-    def check_data(self, splits: tuple[str, ...]):
-        """The splits read and checked; and, once, as the run starts, the record of transfer-data's files
-        taken (data_source): a resumed run must find them unchanged. glue-dir's pairs are not recorded: a
-        resumed run may read the same data in another layout."""
-        super().check_data(splits)
-        if self.data_source is None and self.config.teacher and self.config.transfer_data:
-            self.data_source = files_record({"transfer-data": transfer_files(self.config.transfer_data)})
 
     def read_part(self, split: str, name: str) -> TrainingPairs | EvaluationSplit:
         if split == "train":  # pairs to train on; validation and test: scored pairs or retrieval

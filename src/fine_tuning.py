@@ -3,6 +3,7 @@ share of it a run keeps and the check that it fills a batch, training batches in
 length-grouped) order, and evaluation batches that hold every example once."""
 import itertools
 import sys
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -12,6 +13,7 @@ from tqdm import tqdm
 from batching import BatchOrder, LengthGroupedBatchOrder, kept_rows, pad_multiple
 from errors import UserError
 from hardware import to_device
+from task import files_record, transfer_files
 
 PROGRESS_BATCHES = 20  # an inference of at least this many batches shows a progress bar (on a terminal)
 # Each split's name in the data's files; GLUE names its own (MNLI's validation has two: ClassificationTask).
@@ -72,8 +74,18 @@ class FineTuningTask:
         return self.parts(name)[0]
 
     def check_data(self, splits: tuple[str, ...]):
+        """The splits read and checked; and, once, as the run starts, the record of the user's files it
+        reads taken (data_source): what its checkpoints keep, and what a resumed run must find unchanged."""
         for split in splits:
             self.parts(split)
+        if self.data_source is None:
+            self.data_source = files_record(self.data_files())
+
+    def data_files(self) -> dict[str, tuple[Path, ...]]:
+        """The user's files that make the run's data, by key: transfer-data's (a student's unlabelled
+        text). glue-dir's layouts are not among them: a resumed run may read the same data in another
+        layout."""
+        return {"transfer-data": transfer_files(self.config.transfer_data)} if self.config.transfer_data else {}
 
     @property
     def pad_multiple(self) -> int:
