@@ -100,40 +100,19 @@ class Clock:
 CLOCK_RECORD = "clock.tsv"  # in the run directory
 
 
-class ClockRecord:
+def start_clock_record(run_dir: Path, resumed_at: int):
     """runN/clock.tsv: the training seconds after each step, as the schedules read them, one line a
-    step (written by rank 0, flushed as it goes), so that replay-clock can repeat a time-budget run
-    exactly. A resume cuts the lines past its step: those steps are taken again."""
-
-    def __init__(self, run_dir: Path, resumed_at: int):
-        self.path = run_dir / CLOCK_RECORD
-        kept = read_clock_record(self.path)[:resumed_at] if self.path.exists() else []
-        self.file = self.path.open("w", encoding="utf-8")
-        self.file.write("step\tseconds\n" + "".join(f"{step}\t{seconds!r}\n" for step, seconds in enumerate(kept, 1)))
-        self.file.flush()
-
-    def write(self, step: int, seconds: float):
-        self.file.write(f"{step}\t{seconds!r}\n")
-        self.file.flush()
-
-    def __enter__(self) -> "ClockRecord":
-        return self
-
-    def __exit__(self, *exc):
-        self.file.close()
+    step (rank 0's, appended as it goes: record_clock), so that replay-clock can repeat a time-budget
+    run exactly. A resume cuts the lines past its step: those steps are taken again."""
+    path = run_dir / CLOCK_RECORD
+    kept = read_clock_record(path)[:resumed_at] if path.exists() else []
+    path.write_text("step\tseconds\n" + "".join(f"{step}\t{seconds!r}\n" for step, seconds in enumerate(kept, 1)),
+                    encoding="utf-8")
 
 
-class NoRecord:
-    """A run without a time budget, or a rank but 0: nothing recorded."""
-
-    def __enter__(self) -> "NoRecord":
-        return self
-
-    def __exit__(self, *exc):
-        pass
-
-    def write(self, step: int, seconds: float):
-        pass
+def record_clock(run_dir: Path, step: int, seconds: float):
+    with (run_dir / CLOCK_RECORD).open("a", encoding="utf-8") as file:
+        file.write(f"{step}\t{seconds!r}\n")
 
 
 def read_clock_record(path: Path) -> list[float]:

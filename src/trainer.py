@@ -31,7 +31,7 @@ from run_log import RunLog, metric_text
 from run_plan import in_stable_phase, learning_rate, lower_is_better, mask_rate, micro_batches, sequence_length
 from run_start import Run, RunStarter
 from task import Task, chosen_metric
-from throughput import Clock, ClockRecord, NoRecord, Throughput, read_clock_record
+from throughput import Clock, Throughput, read_clock_record, record_clock, start_clock_record
 
 
 class StepPhases(NamedTuple):
@@ -142,49 +142,48 @@ class Trainer:
         batches = hardware.prefetch(self.task.train_batches(run.position), self.device, config.async_to_device)
         meter = run.meter = self.throughput_meter(run)
         clock, replayed = Clock(run.elapsed), self.replayed_clock()
+        recorded = self.rank == 0 and config.budget_seconds  # the clock a time budget follows
+        if recorded:
+            start_clock_record(run.run_dir, run.step)
         progress = tqdm(total=config.max_iters, initial=run.step, dynamic_ncols=True,
                         disable=None if self.rank == 0 else True)  # None: a bar on terminals only
-        with self.clock_record(run) as record:
-            while not self.finished(run):
-                self.train_step(run, batches, meter)
-                # one clock decides, on every rank: rank 0's, or the replayed run's record
-                run.elapsed = replayed[run.step - 1] if replayed else distributed.from_rank0(clock.elapsed())
-                record.write(run.step, run.elapsed)
-                progress.update(1)
-                finished = self.finished(run)
-                at_log = run.step % config.log_interval == 0 or finished
-                at_val = run.step % config.val_interval == 0 or finished
-                stopping = distributed.any_rank(stop.requested())  # all ranks stop at the same step
-                # The one host sync between log lines, on purpose: reading the finite flag.
-                if (at_log or at_val or stopping) and not distributed.all_ranks(run.finite).item():
-                    raise UserError(f"loss is not finite (nan or inf) near step {run.step}: run stopped; "
-                                    f"the last good checkpoint is in {run.checkpoints}")
-                if at_log:
-                    progress.set_postfix(self.log_training(run, meter))
-                if at_val:
-                    with meter.paused(), clock.paused():
-                        metrics = self.validate(run)
-                        self.measure_peak_again(run, meter)
-                    target = config.stop_at
-                    if target and target.reached(metrics):
-                        run.log(f"stop-at = {target} reached at step {run.step} (val {target.metric} "
-                                f"{metrics[target.metric]:.4f}): {run.elapsed / 60:.2f} minutes of training, "
-                                f"{run.tokens:,} tokens")
-                        break
-                if stopping:
-                    if not at_val:
-                        self.save(run, "latest")
-                    reason = stop.reason or "a stop request on another rank"
-                    run.log(f"stopped by {reason} at step {run.step}; checkpoint saved in {run.checkpoints}")
+        while not self.finished(run):
+            self.train_step(run, batches, meter)
+            # one clock decides, on every rank: rank 0's, or the replayed run's record
+            run.elapsed = replayed[run.step - 1] if replayed else distributed.from_rank0(clock.elapsed())
+            if recorded:
+                record_clock(run.run_dir, run.step, run.elapsed)
+            progress.update(1)
+            finished = self.finished(run)
+            at_log = run.step % config.log_interval == 0 or finished
+            at_val = run.step % config.val_interval == 0 or finished
+            stopping = distributed.any_rank(stop.requested())  # all ranks stop at the same step
+            # The one host sync between log lines, on purpose: reading the finite flag.
+            if (at_log or at_val or stopping) and not distributed.all_ranks(run.finite).item():
+                raise UserError(f"loss is not finite (nan or inf) near step {run.step}: run stopped; "
+                                f"the last good checkpoint is in {run.checkpoints}")
+            if at_log:
+                progress.set_postfix(self.log_training(run, meter))
+            if at_val:
+                with meter.paused(), clock.paused():
+                    metrics = self.validate(run)
+                    self.measure_peak_again(run, meter)
+                target = config.stop_at
+                if target and target.reached(metrics):
+                    run.log(f"stop-at = {target} reached at step {run.step} (val {target.metric} "
+                            f"{metrics[target.metric]:.4f}): {run.elapsed / 60:.2f} minutes of training, "
+                            f"{run.tokens:,} tokens")
                     break
+            if stopping:
+                if not at_val:
+                    self.save(run, "latest")
+                reason = stop.reason or "a stop request on another rank"
+                run.log(f"stopped by {reason} at step {run.step}; checkpoint saved in {run.checkpoints}")
+                break
         progress.close()
         if config.budget_seconds and run.elapsed >= config.budget_seconds:
             run.log(f"time-budget = {config.time_budget} spent at step {run.step}")
         return not stopping
-
-    def clock_record(self, run: Run) -> ClockRecord | NoRecord:
-        """Rank 0 of a time-budget run records its clock (replay-clock repeats the run from it)."""
-        return ClockRecord(run.run_dir, run.step) if self.rank == 0 and self.config.budget_seconds else NoRecord()
 
     def replayed_clock(self) -> list[float] | None:
         """replay-clock's seconds after each step, checked to reach the run's end (the budget spent, or
