@@ -62,7 +62,7 @@ def make_state(*, task: str, weights: dict, model_config: ModelConfig, vocab: Vo
     user's files by key and path, task.files_record, which a resume checks), the checkpoint it started
     from and that one's lineage, or the directory it was imported from; decay_branch: the run is
     --decay-from's, its lr-scheduler computed when it branched (a resume reads it from here); autocast:
-    the dtype the run's steps ran in (dtype = auto measured it: a resume keeps it)."""
+    the dtype the run's steps ran in (a resume under dtype = auto keeps it)."""
     return {"format": FORMAT, "task": task, "step": step, "tokens": tokens, "model": weights,
             "optimizer": optimizer, "config": config, "model_config": asdict(model_config),
             "vocab_checksum": vocab.checksum, "vocab": list(vocab.tokens), "vocab_lowercase": vocab.lowercase,
