@@ -179,7 +179,7 @@ def useful_flops_per_step(size: str, batch_size: int) -> float:
 def sst2_epoch(batch_size: int, demo: Path = ROOT / "demo"):
     """One epoch of real SST-2 training batches (numpy), as the trainer draws them with the default
     config (length-grouped, padded to each batch's longest), and the vocabulary."""
-    from classification_task import ClassificationTask
+    from tasks.classification_task import ClassificationTask
     from config import Config
     from vocab import load_vocab
     if not (demo / "datasets" / "train-00000-of-00001.parquet").is_file():

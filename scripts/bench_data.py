@@ -143,7 +143,7 @@ def loader_speed(config, batches: int) -> dict:
     next(stream)  # the first shard's load: a run's start, not its pace
     tokens, started = 0, time.perf_counter()
     for _, (_, batch) in zip(range(batches), stream):
-        masked = task.masker.masked(batch, generator)
+        masked = task.masker.with_masks(batch, generator, task.masker.rule.mask_rate)
         tokens += masked["input_ids"].numel()
     hardware.synchronize(task.device)
     return {"tokens_per_sec": tokens / (time.perf_counter() - started), "tokens": tokens}

@@ -65,7 +65,7 @@ def step_run(workdir: str) -> dict:
     """main.py for one step in `workdir`: the seconds reading and encoding each split part, and
     until the first training step ends, counted from here (torch imported)."""
     os.chdir(workdir)
-    import classification_task
+    from tasks import classification_task
     import main
     import trainer
     started = time.perf_counter()

@@ -77,7 +77,7 @@ def run_original(input_path: Path, vocab_dir: Path, output: Path) -> dict:
 
 def run_tokenize(input_path: Path, vocab_dir: Path, output: Path, nproc: int, chunk_mb: float) -> dict:
     import tokenize_text
-    from input_files import find_inputs
+    from corpus.input_files import find_inputs
     start_rss, started = rss_bytes(), time.perf_counter()
     tokens = tokenize_text.tokenize_files(find_inputs([str(input_path)]), vocab_dir, output, nproc, int(chunk_mb * MIB),
                                           show_progress=False)

@@ -32,11 +32,14 @@ from safetensors.torch import save_file
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 import checkpoints  # noqa: E402
 from atomic import process_alive, sync_directory  # noqa: E402
-import hf_export  # noqa: E402
-import onnx_export  # noqa: E402
+from config import Config  # noqa: E402
 from errors import UserError, exit_on_user_error, naming_a_full_disk  # noqa: E402
-from hf_import import model_class  # noqa: E402
 from model import ModelConfig  # noqa: E402
+from task import chosen_metric  # noqa: E402
+from interop import hf_export, onnx_export  # noqa: E402
+from interop.hf_import import model_class  # noqa: E402
+from interop.onnx_model import onnx_class  # noqa: E402
+from tasks import task_class  # noqa: E402
 
 ONNX_FILE = "onnx/model.onnx"  # where optimum and sentence-transformers' ONNX backend look
 
@@ -118,7 +121,8 @@ def export(checkpoint_path: Path, out_dir: Path, force: bool = False, onnx: bool
                                        out_dir / ONNX_FILE)
         if quantize:
             with naming_a_full_disk(out_dir / onnx_export.QUANTIZED_FILE):
-                onnx_export.write_quantized(checkpoint, checkpoint_path, temp / ONNX_FILE)
+                onnx_export.write_quantized(temp / ONNX_FILE,
+                                            lambda graphs: validation_scores(checkpoint, checkpoint_path, graphs))
         finish(temp)
         replace_directory(temp, target)
     except OSError as error:
@@ -126,6 +130,23 @@ def export(checkpoint_path: Path, out_dir: Path, force: bool = False, onnx: bool
     finally:
         remove_workspace(temp, lock)
     return sorted(str(path.relative_to(target)) for path in target.rglob("*") if path.is_file())
+
+
+def validation_scores(checkpoint: dict, checkpoint_path: Path, graphs: dict[str, Path]) -> dict:
+    """Each graph's metrics on the run's validation split, read as the run read it (its settings,
+    its data paths from the working directory), and the name of the task's headline metric."""
+    settings = checkpoints.saved_settings(checkpoint) | {"teacher": "", "transfer_data": ""}  # scoring alone
+    config = Config(**settings, sources=(f"{checkpoint_path}'s settings",))
+    shape = ModelConfig(**checkpoint["model_config"])
+    try:
+        task = task_class(checkpoint["task"])(config, checkpoints.vocab_of(checkpoint), torch.device("cpu"))
+        task.take_checkpoint_labels(tuple(checkpoint["model_config"]["label_names"]), kept=True)  # its outputs' names
+        scores = {kind: task.evaluate(onnx_class(checkpoint["task"])(path, shape), task.eval_batches("val", None),
+                                      contextlib.nullcontext()) for kind, path in graphs.items()}
+    except UserError as error:
+        raise UserError(f"--quantize scores the graphs on the run's validation split, its paths read from "
+                        f"{Path.cwd()}: {error}") from None
+    return scores | {"metric": chosen_metric(config, task)}
 
 
 def finish(directory: Path):

@@ -12,7 +12,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from errors import UserError, exit_on_user_error  # noqa: E402
 from model import BertForMaskedLM  # noqa: E402
-from onnx_model import OR_EXPORTED, restore_model  # noqa: E402
+from interop.onnx_model import OR_EXPORTED, restore_model  # noqa: E402
 
 
 def encode_with_masks(vocab, text: str, max_len: int) -> list[int]:

@@ -1,7 +1,9 @@
-"""What a run reads, counted from the code: the project modules a pre-training and a fine-tuning run
-import (the sets tests/test_main.py holds a run to), their lines split by Python's parser into code,
-docstrings, comment lines and blank ones, and the longest chain of imports in src/ (every import,
-those inside functions too). README links here instead of copying numbers that drift.
+"""What a run reads and how the house stands, counted from the code: the project modules a pre-training
+and a fine-tuning run import (the sets tests/test_main.py holds a run to), their lines split by Python's
+parser into code, docstrings, comment lines and blank ones; the core (src/*.py) and its wings (the
+folders of src/), with every import from the core into a wing (main.py alone may: it composes a run);
+and the longest chain of imports in src/ (every import, those inside functions too). README links
+here instead of copying numbers that drift.
 
 Example:
     python scripts/house_numbers.py
@@ -11,15 +13,33 @@ import sys
 from pathlib import Path
 
 SOURCE = Path(__file__).resolve().parent.parent / "src"
+COMPOSER = "main"  # the one core module that imports the wings: it picks a run's task
 
 # The project modules a run imports; tests/test_main.py checks that a run imports these and no others.
 PRE_TRAINING_MODULES = frozenset({
     "architecture", "atomic", "batching", "checkpoints", "config", "cores", "cpu_kernels", "distributed", "errors",
-    "hardware", "ini", "lm_data", "main", "masking", "mlm_task", "model", "optimizer", "packed_files", "run_log",
-    "run_plan", "run_start", "shard_stream", "shards", "task", "throughput", "trainer", "vocab"})
-FINE_TUNING_MODULES = PRE_TRAINING_MODULES - {"lm_data", "masking", "mlm_task", "packed_files", "shard_stream",
+    "hardware", "ini", "lm_data", "main", "masking", "model", "optimizer", "packed_files", "run_log", "run_plan",
+    "run_start", "shard_stream", "shards", "task", "throughput", "trainer", "vocab", "tasks", "tasks.mlm_task"})
+FINE_TUNING_MODULES = PRE_TRAINING_MODULES - {"lm_data", "masking", "tasks.mlm_task", "packed_files", "shard_stream",
                                               "shards"} | {
-    "classification_task", "fine_tuning", "glue_data", "glue_metrics", "glue_tasks", "pair_encoding"}
+    "tasks.classification_task", "tasks.fine_tuning", "tasks.glue_data", "tasks.glue_metrics", "tasks.glue_tasks",
+    "tasks.pair_encoding"}
+
+
+def module_path(name: str) -> Path:
+    """The file of a project module: core.py, wing/module.py, or a wing's own wing/__init__.py."""
+    path = SOURCE.joinpath(*name.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def project_modules() -> set[str]:
+    return {".".join(path.relative_to(SOURCE).with_suffix("").parts).removesuffix(".__init__")
+            for path in SOURCE.rglob("*.py")}
+
+
+def wing_of(name: str) -> str | None:
+    """The wing a module stands in, or None for the core."""
+    return name.split(".")[0] if "." in name or (SOURCE / name).is_dir() else None
 
 
 def line_kinds(text: str) -> dict[str, int]:
@@ -38,26 +58,37 @@ def line_kinds(text: str) -> dict[str, int]:
 def counted(modules: frozenset[str]) -> dict[str, int]:
     totals = {"modules": len(modules)}
     for name in modules:
-        for kind, count in line_kinds((SOURCE / f"{name}.py").read_text(encoding="utf-8")).items():
+        for kind, count in line_kinds(module_path(name).read_text(encoding="utf-8")).items():
             totals[kind] = totals.get(kind, 0) + count
     return totals
 
 
-def imports_of(path: Path, project: set[str]) -> set[str]:
-    """The project modules a file imports anywhere in it."""
+def imports_of(name: str, project: set[str]) -> set[str]:
+    """The project modules a module imports anywhere in it: `from tasks import glue_data` is tasks.glue_data."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(ast.parse(module_path(name).read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found |= {alias.name.split(".")[0] for alias in node.names}
+            found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module.split(".")[0])
-    return found & project
+            named = {f"{node.module}.{alias.name}" for alias in node.names}
+            found |= (named & project) | ({node.module} if named - project else set())
+    return (found & project) - {name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    project = project_modules()
+    return {name: imports_of(name, project) for name in project}
+
+
+def core_imports_of_wings() -> list[str]:
+    """'core -> wing.module' for each import from the core into a wing but main.py's: the house's one rule."""
+    return sorted(f"{name} -> {each}" for name, imported in import_graph().items()
+                  if wing_of(name) is None and name != COMPOSER for each in imported if wing_of(each))
 
 
 def longest_chain() -> list[str]:
     """The longest path of imports between src/'s modules (a circle would be endless: it is refused)."""
-    project = {path.stem for path in SOURCE.glob("*.py")}
-    graph = {name: imports_of(SOURCE / f"{name}.py", project) - {name} for name in project}
+    graph = import_graph()
     longest: dict[str, list[str]] = {}
 
     def chain_from(name: str, seen: tuple[str, ...]) -> list[str]:
@@ -67,7 +98,17 @@ def longest_chain() -> list[str]:
             longest[name] = [name, *max((chain_from(each, (*seen, name)) for each in sorted(graph[name])),
                                         key=len, default=[])]
         return longest[name]
-    return max((chain_from(name, ()) for name in sorted(project)), key=len)
+    return max((chain_from(name, ()) for name in sorted(graph)), key=len)
+
+
+def house() -> dict[str, dict[str, int]]:
+    """Files and lines of the core and of each wing."""
+    rooms: dict[str, dict[str, int]] = {}
+    for name in project_modules():
+        room = rooms.setdefault(wing_of(name) or "core", {"files": 0, "lines": 0})
+        room["files"] += 1
+        room["lines"] += len(module_path(name).read_text(encoding="utf-8").splitlines())
+    return rooms
 
 
 def main():
@@ -77,6 +118,13 @@ def main():
         totals = counted(modules)
         print(f"| {run} | " + " | ".join(f"{totals[kind]:,}" for kind in
                                         ("modules", "lines", "code", "docstrings", "comments", "blank")) + " |")
+    print("\n| room | files | lines |\n|---|---:|---:|")
+    for room, size in sorted(house().items(), key=lambda item: (item[0] != "core", item[0])):
+        print(f"| {'src/*.py (the core)' if room == 'core' else f'src/{room}/'} | {size['files']} | "
+              f"{size['lines']:,} |")
+    crossings = core_imports_of_wings()
+    print(f"\nimports from the core into a wing (but {COMPOSER}.py's): {len(crossings)}"
+          + "".join(f"\n  {each}" for each in crossings))
     chain = longest_chain()
     print(f"\nthe longest chain of imports in src/: {len(chain)} modules: {' -> '.join(chain)}")
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from errors import UserError, exit_on_user_error  # noqa: E402
-from hf_import import convert  # noqa: E402
+from interop.hf_import import convert  # noqa: E402
 
 
 def parse_args(argv=None):

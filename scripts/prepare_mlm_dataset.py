@@ -4,7 +4,7 @@ Example:
     python scripts/prepare_mlm_dataset.py -i demo/input/*.txt -l imdb -o demo/data -m 128 -v demo/vocab
     python scripts/prepare_mlm_dataset.py -i c4/en/*.json.gz -l c4 -o c4/datasets -m 128 -v c4/vocab --part 3/8
 
-Reads text (compressed or not), JSON lines, parquet or a datasets folder (src/input_files.py), a
+Reads text (compressed or not), JSON lines, parquet or a datasets folder (src/corpus/input_files.py), a
 document a record, in chunks, so corpora larger than memory work; -n processes tokenize. Segments
 run on across documents (with --documents apart, each document is closed by [SEP] and attends only
 within itself); each becomes [CLS] segment [SEP] in the train, val or test shard (80/10/10
@@ -17,7 +17,7 @@ gives K masked train copies; --mask-rate, --whole-word-masking and --mask-replac
 default the trainer masks each batch afresh.
 
 With --pairs nsp or sop, samples are sentence pairs [CLS] A [SEP] B [SEP] with a label, built per
-document (one a line) as Google BERT does (see src/sentence_pairs.py); documents, not samples,
+document (one a line) as Google BERT does (see src/corpus/sentence_pairs.py); documents, not samples,
 go to train, val or test.
 
 Documents longer than 65,536 characters are cut at spaces (a one-line corpus such as text8 is read
@@ -31,14 +31,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from config import SENTENCE_OBJECTIVES  # noqa: E402
-from corpus_units import document_pieces, parse_part, prepare, print_made, unit_chars_for  # noqa: E402
+from corpus.corpus_units import document_pieces, parse_part, prepare, print_made, unit_chars_for  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
-from input_files import BadRecords, add_input_arguments, find_inputs, read_documents  # noqa: E402
+from corpus.input_files import BadRecords, add_input_arguments, find_inputs, read_documents  # noqa: E402
 from shards import DOCUMENTS  # noqa: E402
-from preparation import (SPLITS, SplitWriter, add_shared_arguments, check_shared_arguments,  # noqa: E402
-                         output_dir, split_summary)
-from sentence_pairs import PairMaker, pair_sample  # noqa: E402
-from tokenizing import Tokenizing  # noqa: E402
+from corpus.preparation import (SPLITS, SplitWriter, add_shared_arguments, check_shared_arguments,  # noqa: E402
+                                output_dir, split_summary)
+from corpus.sentence_pairs import PairMaker, pair_sample  # noqa: E402
+from corpus.tokenizing import Tokenizing  # noqa: E402
 from vocab import load_vocab  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ Example:
 
 Each document (a line of text, a JSON line's or parquet row's text) is encoded without
 [CLS]/[SEP] and the ids of all documents, in input order, are written as one stream
-(src/token_stream.py, TokenStreamWriter). The input is read about --chunk-mb at a time, so memory
+(src/corpus/token_stream.py, TokenStreamWriter). The input is read about --chunk-mb at a time, so memory
 stays bounded whatever the corpus size; with -n workers at most 2*n chunks are in flight. The
 output file does not depend on -n or --chunk-mb, byte for byte.
 """
@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from atomic import remove_stale_temps  # noqa: E402
 from cores import available_cores  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
-from input_files import (DEFAULT_CHUNK_MB, BadRecords, InputFile, add_input_arguments, find_inputs,  # noqa: E402
-                         read_documents)
-from token_stream import TOKENS_PER_STREAM_BLOCK, TokenStreamWriter  # noqa: E402
-from tokenizing import Tokenizing  # noqa: E402
+from corpus.input_files import (DEFAULT_CHUNK_MB, BadRecords, InputFile, add_input_arguments, find_inputs,  # noqa: E402
+                                read_documents)
+from corpus.token_stream import TOKENS_PER_STREAM_BLOCK, TokenStreamWriter  # noqa: E402
+from corpus.tokenizing import Tokenizing  # noqa: E402
 from vocab import load_vocab  # noqa: E402
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from atomic import temp_path  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
-from input_files import BadRecords, InputFile, add_input_arguments, find_inputs, read_documents  # noqa: E402
-from preparation import output_dir  # noqa: E402
+from corpus.input_files import BadRecords, InputFile, add_input_arguments, find_inputs, read_documents  # noqa: E402
+from corpus.preparation import output_dir  # noqa: E402
 from tokenizers.implementations import BertWordPieceTokenizer  # noqa: E402
 from vocab import SPECIAL_TOKENS, load_vocab, write_tokenizer_config  # noqa: E402
 

@@ -1,9 +1,10 @@
 """The model's architecture as data: ModelConfig, the variants it takes, the rule of an attention
-shape, and the table of tasks (the head each puts on the encoder: the class that trains it, the model
-class that holds its weights, the transformers classes an export of it is). Torch-free, so that
-config.py checks a run's keys against it and the data preparers read it without importing torch;
-model.py builds the network from it. A new task is its module and one line in TASK_KINDS; config.py
-(the task-types and their rules), task.py, hf_export, hf_import, onnx_export and onnx_model read it.
+shape, and what each task-type is (TASK_KINDS: the head it puts on the encoder, the model class that
+holds its weights, the transformers classes an export of it is, whether it takes a teacher; GLUE's
+label names). Torch-free, so that config.py checks a run's keys against it and the data preparers read
+it without importing torch; model.py builds the network from it. A new task is its module in
+src/tasks/, its line here and its line in tasks.TASK_CLASSES (the class that trains it); config.py,
+the export, the import and the ONNX code read its line here.
 """
 from dataclasses import dataclass, replace
 
@@ -79,8 +80,6 @@ PRE_TRAINING, CLASSIFICATION, TOKENS, ANSWERS, EMBEDDING, ENCODER = (
 @dataclass(frozen=True)
 class TaskKind:
     family: str  # one of the six above: what the model outputs, and how an export is scored
-    module: str  # the module of its task class, imported when a run names the task ("": no run trains it)
-    task_class: str
     model: str  # model.py's class that holds its weights
     native: str  # transformers' class of its export in BERT's own architecture
     variant: str  # export_hf.py's class of its export in any other architecture
@@ -89,36 +88,38 @@ class TaskKind:
 
 
 def classification(single_text: bool = False) -> TaskKind:
-    return TaskKind(CLASSIFICATION, "classification_task", "ClassificationTask", "BertForSequenceClassification",
-                    "BertForSequenceClassification", "BertVariantForSequenceClassification", True, single_text)
+    return TaskKind(CLASSIFICATION, "BertForSequenceClassification", "BertForSequenceClassification",
+                    "BertVariantForSequenceClassification", True, single_text)
 
 
 def answers() -> TaskKind:
-    return TaskKind(ANSWERS, "squad_task", "QuestionAnsweringTask", "BertForQuestionAnswering",
-                    "BertForQuestionAnswering", "BertVariantForQuestionAnswering")
+    return TaskKind(ANSWERS, "BertForQuestionAnswering", "BertForQuestionAnswering", "BertVariantForQuestionAnswering")
 
 
 # Classification into the user's own classes, of one text or of a pair, read from the user's own files.
 USER_CLASS_TASKS = ("classify", "classify_pair")
+ENTAILMENT = ("entailment", "not_entailment")
+NLI = ("entailment", "neutral", "contradiction")
+# What class i of each GLUE task means, as GLUE names it (STS-B: one score); glue_tasks.py, the export
+# and the import read it here.
+GLUE_LABELS = {"cola": ("unacceptable", "acceptable"), "sst2": ("negative", "positive"),
+               "mrpc": ("not_equivalent", "equivalent"), "qqp": ("not_duplicate", "duplicate"), "stsb": (),
+               "mnli": NLI, "qnli": ENTAILMENT, "rte": ENTAILMENT,
+               "wnli": ENTAILMENT[::-1]}  # WNLI's 1 is entailment, the reverse of QNLI and RTE
 # "encoder" is no task-type: an imported BertModel, or a distilled student as exported.
-ENCODER_KIND = TaskKind(ENCODER, "", "", "BertForSequenceClassification", "BertModel", "BertVariantModel")
+ENCODER_KIND = TaskKind(ENCODER, "BertForSequenceClassification", "BertModel", "BertVariantModel")
 TASK_KINDS = {
-    "mlm": TaskKind(PRE_TRAINING, "mlm_task", "MaskedLMTask", "BertForMaskedLM", "BertForMaskedLM",
-                    "BertVariantForMaskedLM"),
-    "clm": TaskKind(PRE_TRAINING, "clm_task", "CausalLMTask", "BertForCausalLM", "BertLMHeadModel",
-                    "BertVariantForCausalLM"),
-    "electra": TaskKind(PRE_TRAINING, "electra_task", "ElectraTask", "ElectraForPreTraining", "ElectraForPreTraining",
-                        "BertVariantForPreTraining"),
-    "distill": replace(ENCODER_KIND, family=PRE_TRAINING, module="distill_task", task_class="DistillationTask",
-                                     taught=True),
+    "mlm": TaskKind(PRE_TRAINING, "BertForMaskedLM", "BertForMaskedLM", "BertVariantForMaskedLM"),
+    "clm": TaskKind(PRE_TRAINING, "BertForCausalLM", "BertLMHeadModel", "BertVariantForCausalLM"),
+    "electra": TaskKind(PRE_TRAINING, "ElectraForPreTraining", "ElectraForPreTraining", "BertVariantForPreTraining"),
+    "distill": replace(ENCODER_KIND, family=PRE_TRAINING, taught=True),
     **{name: classification(single_text=name in ("cola", "sst2", "classify"))
-       for name in ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli", *USER_CLASS_TASKS)},
-    "ner": TaskKind(TOKENS, "token_task", "TokenClassificationTask", "BertForTokenClassification",
-                    "BertForTokenClassification", "BertVariantForTokenClassification"),
+       for name in (*GLUE_LABELS, *USER_CLASS_TASKS)},
+    "ner": TaskKind(TOKENS, "BertForTokenClassification", "BertForTokenClassification",
+                    "BertVariantForTokenClassification"),
     "squad": answers(),  # SQuAD v1.1
     "squad_v2": answers(),  # and v2.0, with unanswerable questions
-    "embed": TaskKind(EMBEDDING, "embed_task", "EmbeddingTask", "BertForEmbedding", "BertModel", "BertVariantModel",
-                      taught=True),
+    "embed": TaskKind(EMBEDDING, "BertForEmbedding", "BertModel", "BertVariantModel", taught=True),
 }
 
 
@@ -129,3 +130,14 @@ def kind_of(task: str) -> TaskKind:
 
 def tasks_of(*families: str) -> tuple[str, ...]:
     return tuple(name for name, kind in TASK_KINDS.items() if kind.family in families)
+
+
+def label_names(task: str, num_labels: int, own: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """What class i of a task's classifier means: the model's own names where it has them (classes
+    named by the user's data, NER's tags), else GLUE's label names, STS-B's one "similarity" score,
+    or the class numbers of `classify` and `classify_pair` (their one "score" with num-labels = 1)."""
+    if own:
+        return tuple(own)
+    if task in GLUE_LABELS:
+        return GLUE_LABELS[task] or ("similarity",)
+    return ("score",) if num_labels == 1 else tuple(str(label) for label in range(num_labels))

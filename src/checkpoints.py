@@ -339,17 +339,22 @@ def run_dir_of(path: Path) -> Path | None:
     return parent.parent if parent.name == "checkpoints" else None
 
 
-def random_states(mask_generator: torch.Generator) -> dict:
-    """This process's random states: what a checkpoint keeps per rank for exact resume."""
-    state = {"torch": torch.get_rng_state(), "mask": mask_generator.get_state()}
+def random_states(task_generator: torch.Generator | None) -> dict:
+    """This process's random states, with the task's own generator's (task.Task.random_generator, an
+    MLM's masks) where it has one: what a checkpoint keeps per rank for exact resume."""
+    state = {"torch": torch.get_rng_state()}
+    if task_generator is not None:
+        state["mask"] = task_generator.get_state()
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state()
     return state
 
 
-def restore_random_states(state: dict, mask_generator: torch.Generator):
-    """One rank's random states, as random_states() saved them."""
+def restore_random_states(state: dict, task_generator: torch.Generator | None):
+    """One rank's random states, as random_states() saved them (a checkpoint of any task before this
+    layout holds a "mask" state too: a task without a generator leaves it)."""
     torch.set_rng_state(state["torch"])
-    mask_generator.set_state(state["mask"])
+    if task_generator is not None and "mask" in state:
+        task_generator.set_state(state["mask"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])

@@ -40,8 +40,8 @@ def one_of(*choices: str) -> Rule:
     return Rule(lambda value: value in choices, "one of " + ", ".join(choices))
 
 
-# The task-types, from architecture.TASK_KINDS' one line each.
-TASK_TYPES = tuple(TASK_KINDS)
+# Sets of task-types, from architecture.TASK_KINDS' one line each (task-type itself is checked against
+# TASK_KINDS as a config is made).
 CLASSIFICATION_TASKS = tasks_of(CLASSIFICATION)
 FINE_TUNING_TASKS = tasks_of(CLASSIFICATION, TOKENS, ANSWERS, EMBEDDING)
 SENTENCE_TASKS = tuple(name for name, kind in TASK_KINDS.items() if kind.single_text)  # one text per example
@@ -64,8 +64,9 @@ def curriculum_problem(values: dict) -> str | None:
     return None
 
 
-def replacement_shares_problem(replace_mask: float, replace_random: float) -> str | None:
+def replacement_shares_problem(values: dict) -> str | None:
     """The shares of picked tokens shown as [MASK] and as a random token must leave room for the rest."""
+    replace_mask, replace_random = values["mask_replace_mask"], values["mask_replace_random"]
     if replace_mask + replace_random > 1 + 1e-9:  # 0.7 + 0.3 may round up
         return f"mask-replace-mask = {replace_mask} plus mask-replace-random = {replace_random} exceed 1"
     return None
@@ -125,49 +126,140 @@ def replay_clock_problem(values: dict) -> str | None:
     return None
 
 
-# Checks between fields, run after the per-field ones: each gives a message, or None when it holds.
+def shape_problem(values: dict) -> str | None:
+    """d-model splits evenly into heads, and a rope head's width is even (architecture's rule)."""
+    return attention_shape_problem(values["d_model"], values["heads"], values["position"])
+
+
+def rope_theta_problem(values: dict) -> str | None:
+    """rope-theta tunes rotary positions: another position has no use for it."""
+    if values["rope_theta"] == ROPE_THETA or values["position"] == "rope":
+        return None
+    return f"rope-theta = {values['rope_theta']:g} goes with position = rope, not position = {values['position']}"
+
+
+def static_masking_problem(values: dict) -> str | None:
+    """Stored (static) masks are mlm's: other tasks mask as they go or not at all."""
+    if values["masking"] == "dynamic" or values["task_type"] == "mlm":
+        return None
+    return f"masking = static goes with task-type = mlm, not {values['task_type']}"
+
+
+def sentence_objective_problem(values: dict) -> str | None:
+    """A sentence objective (nsp, sop) trains alongside mlm only."""
+    if values["sentence_objective"] == "none" or values["task_type"] == "mlm":
+        return None
+    return f"sentence-objective = {values['sentence_objective']} goes with task-type = mlm, not {values['task_type']}"
+
+
+def epochs_problem(values: dict) -> str | None:
+    """epochs counts passes over a fine-tuning's data; pre-training counts max-iters."""
+    if not values["epochs"] or values["task_type"] in FINE_TUNING_TASKS:
+        return None
+    return (f"epochs = {values['epochs']} goes with a fine-tuning task, not task-type = {values['task_type']} "
+            f"(use max-iters)")
+
+
+def run_length_problem(values: dict) -> str | None:
+    """A run has one length: epochs or a time-budget, not both."""
+    if not (values["epochs"] and values["time_budget"].seconds):
+        return None
+    return f"epochs = {values['epochs']} and time-budget = {values['time_budget']}: give one run length, not both"
+
+
+def distill_teacher_problem(values: dict) -> str | None:
+    """distill learns from a teacher, so it needs one."""
+    if values["task_type"] != "distill" or values["teacher"]:
+        return None
+    return ("task-type = distill needs teacher = PATH (a transformers or sentence-transformers directory, "
+            "or a checkpoint)")
+
+
+def logit_weight_problem(values: dict) -> str | None:
+    """logit-weight weighs distill's match of the teacher's logits: other tasks have none."""
+    if not values["logit_weight"] or values["task_type"] == "distill":
+        return None
+    return f"logit-weight = {values['logit_weight']:g} goes with task-type = distill, not {values['task_type']}"
+
+
+def teacher_problem(values: dict) -> str | None:
+    """A teacher goes only with the tasks that learn from one (TAUGHT_TASKS)."""
+    if not values["teacher"] or values["task_type"] in TAUGHT_TASKS:
+        return None
+    return (f"teacher = {values['teacher']} goes with task-type = distill, embed or a classification task, "
+            f"not {values['task_type']}")
+
+
+def transfer_data_problem(values: dict) -> str | None:
+    """transfer-data is texts a teacher labels, for a task of single texts or embed."""
+    if not values["transfer_data"] or (values["teacher"] and values["task_type"] in (*SENTENCE_TASKS, "embed")):
+        return None
+    return (f"transfer-data = {values['transfer_data']} goes with a teacher and a task of single texts "
+            f"({', '.join(SENTENCE_TASKS)}, embed), not task-type = {values['task_type']}"
+            + ("" if values["teacher"] else " without one"))
+
+
+def batch_ramp_problem(values: dict) -> str | None:
+    """A batch ramp grows the step in micro-batches, so it needs grad-accum-steps above 1."""
+    if not values["batch_ramp"] or values["grad_accum_steps"] > 1:
+        return None
+    return (f"batch-ramp = {values['batch_ramp']} needs grad-accum-steps above 1: the ramp grows the step from one "
+            f"micro-batch to grad-accum-steps of them")
+
+
+def batch_ramp_epochs_problem(values: dict) -> str | None:
+    """A batch ramp changes the steps an epoch takes, so it goes with max-iters, not epochs."""
+    if not (values["batch_ramp"] and values["epochs"]):
+        return None
+    return (f"batch-ramp = {values['batch_ramp']} and epochs = {values['epochs']}: a ramp changes the steps an "
+            f"epoch takes; give max-iters instead")
+
+
+def min_learning_rate_problem(values: dict) -> str | None:
+    """min-learning-rate is the floor the schedule decays to, so it is not above learning-rate."""
+    if values["min_learning_rate"] <= values["learning_rate"]:
+        return None
+    return f"min-learning-rate = {values['min_learning_rate']} is above learning-rate = {values['learning_rate']}"
+
+
+def decay_iters_problem(values: dict) -> str | None:
+    """The decay ends after the warmup, when warmup-iters counts (no warmup-ratio, epochs or one-cycle)."""
+    if (values["lr_decay_iters"] >= values["warmup_iters"] or values["warmup_ratio"] or values["epochs"]
+            or not warms_up(values)):
+        return None
+    return f"lr-decay-iters = {values['lr_decay_iters']} is below warmup-iters = {values['warmup_iters']}"
+
+
+def warmup_within_budget_problem(values: dict) -> str | None:
+    """A time-budgeted run's max-iters reaches the end of its warmup, or it stops before warming up."""
+    if not values["time_budget"].seconds or values["max_iters"] >= values["warmup_iters"] or not warms_up(values):
+        return None
+    return (f"time-budget = {values['time_budget']} with max-iters = {values['max_iters']} below "
+            f"warmup-iters = {values['warmup_iters']}: the run would stop before warming up")
+
+
+# Checks between keys, run in this order after the per-key ones: each gives a message, or None when it holds.
 CROSS_FIELD_RULES = (
     replay_clock_problem,
-    lambda v: attention_shape_problem(v["d_model"], v["heads"], v["position"]),
-    lambda v: None if v["rope_theta"] == ROPE_THETA or v["position"] == "rope" else
-    f"rope-theta = {v['rope_theta']:g} goes with position = rope, not position = {v['position']}",
-    lambda v: replacement_shares_problem(v["mask_replace_mask"], v["mask_replace_random"]),
-    lambda v: None if v["masking"] == "dynamic" or v["task_type"] == "mlm" else
-    f"masking = static goes with task-type = mlm, not {v['task_type']}",
-    lambda v: None if v["sentence_objective"] == "none" or v["task_type"] == "mlm" else
-    f"sentence-objective = {v['sentence_objective']} goes with task-type = mlm, not {v['task_type']}",
-    lambda v: None if not v["epochs"] or v["task_type"] in FINE_TUNING_TASKS else
-    f"epochs = {v['epochs']} goes with a fine-tuning task, not task-type = {v['task_type']} (use max-iters)",
-    lambda v: None if not (v["epochs"] and v["time_budget"].seconds) else
-    f"epochs = {v['epochs']} and time-budget = {v['time_budget']}: give one run length, not both",
-    lambda v: None if v["task_type"] != "distill" or v["teacher"] else
-    "task-type = distill needs teacher = PATH (a transformers or sentence-transformers directory, or a checkpoint)",
-    lambda v: None if not v["logit_weight"] or v["task_type"] == "distill" else
-    f"logit-weight = {v['logit_weight']:g} goes with task-type = distill, not {v['task_type']}",
-    lambda v: None if not v["teacher"] or v["task_type"] in TAUGHT_TASKS else
-    f"teacher = {v['teacher']} goes with task-type = distill, embed or a classification task, not {v['task_type']}",
-    lambda v: None if not v["transfer_data"] or (v["teacher"] and v["task_type"] in (*SENTENCE_TASKS, "embed")) else
-    f"transfer-data = {v['transfer_data']} goes with a teacher and a task of single texts "
-    f"({', '.join(SENTENCE_TASKS)}, embed), not task-type = {v['task_type']}"
-    + ("" if v["teacher"] else " without one"),
+    shape_problem,
+    rope_theta_problem,
+    replacement_shares_problem,
+    static_masking_problem,
+    sentence_objective_problem,
+    epochs_problem,
+    run_length_problem,
+    distill_teacher_problem,
+    logit_weight_problem,
+    teacher_problem,
+    transfer_data_problem,
     own_files_problem,
     curriculum_problem,
     mask_rate_problem,
-    lambda v: None if not v["batch_ramp"] or v["grad_accum_steps"] > 1 else
-    f"batch-ramp = {v['batch_ramp']} needs grad-accum-steps above 1: the ramp grows the step from one "
-    f"micro-batch to grad-accum-steps of them",
-    lambda v: None if not (v["batch_ramp"] and v["epochs"]) else
-    f"batch-ramp = {v['batch_ramp']} and epochs = {v['epochs']}: a ramp changes the steps an epoch takes; "
-    f"give max-iters instead",
-    lambda v: None if v["min_learning_rate"] <= v["learning_rate"] else
-    f"min-learning-rate = {v['min_learning_rate']} is above learning-rate = {v['learning_rate']}",
-    lambda v: None if v["lr_decay_iters"] >= v["warmup_iters"] or v["warmup_ratio"] or v["epochs"]
-    or not warms_up(v) else
-    f"lr-decay-iters = {v['lr_decay_iters']} is below warmup-iters = {v['warmup_iters']}",
-    lambda v: None if not v["time_budget"].seconds or v["max_iters"] >= v["warmup_iters"]
-    or not warms_up(v) else
-    f"time-budget = {v['time_budget']} with max-iters = {v['max_iters']} below warmup-iters = {v['warmup_iters']}: "
-    f"the run would stop before warming up",
+    batch_ramp_problem,
+    batch_ramp_epochs_problem,
+    min_learning_rate_problem,
+    decay_iters_problem,
+    warmup_within_budget_problem,
 )
 
 
@@ -192,7 +284,7 @@ class Config:
                          "sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli), classify or classify_pair (your own "
                          "classes of a text or a pair), ner (a tag per word), squad or squad_v2 (answers from a "
                          "context), embed (sentence embeddings): fine-tuning",
-                         one_of(*TASK_TYPES), group="Task")
+                         Rule(lambda value: value in TASK_KINDS, "one of " + ", ".join(TASK_KINDS)), group="Task")
     sentence_objective: str = key("none", "mlm only: none, nsp (next sentence) or sop (sentence order)",
                                   one_of(*SENTENCE_OBJECTIVES))
     num_labels: int = key(2, "classify, classify_pair: their classes, or 1: a score to predict (regression, on "

@@ -13,12 +13,12 @@ from typing import Iterator
 
 import numpy as np
 
+from architecture import IGNORE_INDEX
 from batching import BatchOrder, gather_padded
 from config import ini_text
 from errors import UserError
 from hardware import to_device
 from masking import MaskingRule, predictions_per_sequence
-from model import IGNORE_INDEX
 from shard_stream import (EpochPlan, ShardFile, ShardLoader, as_array, epoch_sets, positions_between, rank_positions,
                           scan)
 from shards import Shard, find_shards, from_arrays, join_shards, read_shard, select_rows
@@ -341,6 +341,7 @@ class CorpusTask:
     labels to keep from a checkpoint and nothing to submit."""
     best_metric = "loss"
     last_layer_share = 1.0  # every token's state is read (an MLM's masked slots alone: MaskedLMTask)
+    random_generator = None  # a task that masks as it trains draws with its own (Masker's)
 
     def __init__(self, config, vocab, device, data: LanguageModelData):
         self.config = config
@@ -357,6 +358,9 @@ class CorpusTask:
 
     def take_checkpoint_labels(self, names: tuple[str, ...], kept: bool):
         pass  # the targets are in the data: no label names
+
+    def progress_metrics(self) -> dict[str, float]:
+        return {}
 
     def submission(self, model, split: str, autocast) -> None:
         return None  # every split has its targets

@@ -9,8 +9,8 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from architecture import IGNORE_INDEX
 from config import DEFAULTS
-from model import IGNORE_INDEX
 
 
 @dataclass(frozen=True)

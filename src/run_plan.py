@@ -289,6 +289,13 @@ def one_cycle(progress: float, peak: float, config) -> float:
     return high - (high - low) * (progress - peak) / (1 - peak)
 
 
+class Progress(NamedTuple):
+    """Where a training step stands in its run, as the trainer hands it to a task: what a task's own
+    schedule follows (the MLM's falling mask rate)."""
+    step: int
+    budget_share: float  # of time-budget trained (0 without one)
+
+
 def mask_rate(step: int, budget_share: float, config) -> float:
     """The share of the tokens masked at `step`: mask-rate's START falling to END along a straight
     line over the run, or stepping down at its AT (a share of the run, or where wsd's decay begins);

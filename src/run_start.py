@@ -30,7 +30,6 @@ class Run:
     compiled: nn.Module  # what trains: the model under torch.compile and DDP, where used
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
-    mask_generator: torch.Generator
     run_dir: Path | None  # None off rank 0
     log: RunLog
     finite: torch.Tensor  # on the device: False once any loss was nan or inf
@@ -40,7 +39,6 @@ class Run:
     best: float | None = None
     elapsed: float = 0.0  # seconds of training, validation left out: what a time budget counts
     lr: float = 0.0  # of the last step
-    mask_rate: float = 0.0  # of the last step
     start: str | None = None  # the checkpoint whose weights a new run started from
     lineage: list = field(default_factory=list)  # the training behind those weights (checkpoints.stage)
     resumed_at: int | None = None  # the step a resumed run went on from
@@ -251,7 +249,7 @@ class RunStarter:
         sums = saved["log_sums_per_rank"]
         run.log_sums = sums[self.rank] if self.rank < len(sums) else None
         if self.rank < len(states):
-            checkpoints.restore_random_states(states[self.rank], run.mask_generator)
+            checkpoints.restore_random_states(states[self.rank], self.task.random_generator)
         if len(states) < self.world_size:  # said by rank 0, the one that logs
             log(f"note: the checkpoint holds random states for {len(states)} process(es); "
                 f"ranks {len(states)} and up start from fresh seeds")
@@ -322,13 +320,12 @@ class RunStarter:
     def open_run(self, model: nn.Module, run_dir: Path, log: RunLog) -> Run:
         """The run around a model: compiled and wrapped for DDP where asked, its optimizer."""
         config, device = self.config, self.device
-        mask_generator = torch.Generator(device=device).manual_seed(config.seed + 1000 + self.rank)
         compiled = torch.compile(model) if config.compile else model
         if torch.distributed.is_initialized():  # compile, then DDP, as nanoGPT does
             compiled = DistributedDataParallel(compiled, device_ids=[device.index] if device.type == "cuda" else None)
         run = Run(model=model, compiled=compiled, optimizer=make_optimizer(model, config, log),
                   scaler=torch.amp.GradScaler(device.type, enabled=self.dtype == torch.float16),
-                  mask_generator=mask_generator, run_dir=run_dir, log=log,
+                  run_dir=run_dir, log=log,
                   finite=torch.ones((), dtype=torch.bool, device=device))
         return run
 

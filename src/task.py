@@ -1,9 +1,7 @@
-"""What the trainer needs of a task (the Task protocol), the table of every task-type's class (main.py
-builds one from the config), the evaluation the language-model tasks share: their loss and
+"""What the trainer needs of a task (the Task protocol), the evaluation the language-model tasks share: their loss and
 statistics summed over the batches, and the record of the user's own files a checkpoint keeps as its data.
 """
 import hashlib
-import importlib
 from pathlib import Path
 from typing import Iterator, Protocol
 
@@ -12,7 +10,7 @@ from torch import nn
 
 from errors import UserError
 from model import ModelConfig
-from architecture import TASK_KINDS
+from run_plan import Progress
 from vocab import Vocab
 
 
@@ -25,6 +23,9 @@ class Task(Protocol):
     predictions_per_token: float  # share of the input tokens the output head scores, for MFU
     last_layer_share: float  # share of the tokens the last layer computes (model.Encoder's rows), for MFU
     measuring_keys: tuple[str, ...]  # Config fields that decide what the scores mean: a resumed run keeps them
+    # The generator of the task's own random draws (an MLM's masks), seeded per rank: checkpoints keep its
+    # state with the run's; None where the task draws none.
+    random_generator: torch.Generator | None
     # What it trains on, kept in its checkpoints: a text for their lineage (the shards' pattern), or the
     # record of the user's own files it reads (files_record), which a resumed run finds unchanged.
     data_source: str | dict[str, dict[str, str]] | None
@@ -52,11 +53,15 @@ class Task(Protocol):
     def eval_batches(self, split: str, count: int | None) -> Iterator[dict]:
         """The same device batches of a split at every call: the first `count`, or all for None."""
 
-    def loss(self, model: nn.Module, batch: dict, generator: torch.Generator | None = None,
-             mask_rate: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def loss(self, model: nn.Module, batch: dict,
+             progress: Progress | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean loss and a vector of additive statistics whose first entry counts the predictions;
-        generator and mask_rate (the step's): how a training batch draws its masks, in a task that
-        masks (evaluation batches bring theirs)."""
+        progress: a training batch's step and share of the budget, for a task with a schedule of its
+        own (the MLM's mask rate); None for evaluation batches."""
+
+    def progress_metrics(self) -> dict[str, float]:
+        """What the task's own schedule stands at after the last training step, for the training log
+        (the MLM's falling mask rate); most tasks have none."""
 
     def metrics(self, loss: float, statistics: torch.Tensor) -> dict[str, float]:
         """Named metrics from the mean loss and the summed statistics: the training log's."""
@@ -101,13 +106,6 @@ def chosen_metric(config, task: Task) -> str:
     return config.best_metric or task.best_metric
 
 
-def task_class(task_type: str) -> type:
-    """The class of a task-type's task, its module imported now: a run reads only its own task. The
-    trainer knows a task only through task.Task."""
-    kind = TASK_KINDS[task_type]
-    return getattr(importlib.import_module(kind.module), kind.task_class)
-
-
 def files_record(files: dict[str, tuple[Path, ...]]) -> dict[str, dict[str, str]] | None:
     """Each file's sha256 by the key that names it and its path ({"validation-file": {"dev.csv": "ab12..."}}):
     what a checkpoint keeps as its data, so a resumed run finds out a file whose contents changed under the
@@ -123,10 +121,3 @@ def file_sha256(path: Path, chunk_bytes: int = 8 << 20) -> str:
         while chunk := file.read(chunk_bytes):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def transfer_files(pattern: str) -> tuple[Path, ...]:
-    """The files transfer-data names (a file, directory or pattern), as teacher.transfer_sentences reads them;
-    standard input has no file to record."""
-    from input_files import find_inputs  # read only by a run with transfer-data, as teacher.py reads it
-    return tuple(each.path for each in find_inputs([pattern]) if each.path is not None)

@@ -28,7 +28,7 @@ from config import Config
 from errors import UserError
 from model import flops_per_token
 from run_log import RunLog, metric_text
-from run_plan import in_stable_phase, learning_rate, lower_is_better, mask_rate, micro_batches, sequence_length
+from run_plan import Progress, in_stable_phase, learning_rate, lower_is_better, micro_batches, sequence_length
 from run_start import Run, RunStarter
 from task import Task, chosen_metric
 from throughput import Clock, Throughput, read_clock_record, record_clock, start_clock_record
@@ -229,7 +229,7 @@ class Trainer:
         seq-len (or seq-len-curriculum's); no host sync."""
         config, share = self.config, self.budget_share(run)
         run.lr = learning_rate(run.step, share, config, run.resumed_at)
-        run.mask_rate = mask_rate(run.step, share, config)
+        progress = Progress(run.step, share)
         accumulation = micro_batches(run.step, share, config)
         length = sequence_length(run.step, share, config)
         for group in run.optimizer.param_groups:
@@ -242,7 +242,7 @@ class Trainer:
             last = micro == accumulation - 1
             with nullcontext() if last or self.world_size == 1 else run.compiled.no_sync():
                 with self.autocast, record_function(PHASES.forward):
-                    loss, statistics = self.task.loss(run.compiled, batch, run.mask_generator, run.mask_rate)
+                    loss, statistics = self.task.loss(run.compiled, batch, progress)
                 with record_function(PHASES.backward):
                     run.scaler.scale(loss / accumulation).backward()
             meter.add(loss, statistics)
@@ -281,10 +281,10 @@ class Trainer:
         metrics = {name: value for name, value in self.task.metrics(loss, statistics).items() if name != "loss"}
         line = f"step {run.step} | loss {loss:.4f} | lr {run.lr:.2e} | {tokens_per_sec:,.0f} tok/s | mfu {mfu:.1%}"
         line += "".join(f" | {name} {metric_text(value)}" for name, value in metrics.items())
+        course = self.task.progress_metrics()
+        line += "".join(f" | {name.replace('_', ' ')} {value:.3f}" for name, value in course.items())
+        metrics |= course
         shown = {"loss": f"{loss:.3f}"}
-        if self.config.mask_rate.falls:
-            line += f" | mask rate {run.mask_rate:.3f}"
-            metrics["mask_rate"] = run.mask_rate
         if self.config.budget_seconds:
             left = max(0.0, self.config.budget_seconds - run.elapsed)
             shown["left"] = f"{int(left // 60)}:{int(left % 60):02d}"
@@ -338,7 +338,7 @@ class Trainer:
     def save(self, run: Run, kind: str):
         """best.pt, or checkpoint.pt with the older ones rotated; rank 0 writes, with every
         rank's random states and training sums since the last log line, and the others wait until it has."""
-        per_rank = distributed.every_rank((checkpoints.random_states(run.mask_generator),
+        per_rank = distributed.every_rank((checkpoints.random_states(self.task.random_generator),
                                            run.meter.since_log() if run.meter else None))
         rng_per_rank = [rng for rng, _ in per_rank]
         if self.rank == 0:

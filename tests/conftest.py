@@ -21,7 +21,7 @@ if WORKERS > 1:
 TEST_DEVICE = os.environ.get("BERT_TEST_DEVICE", "cpu")
 
 import numpy as np  # noqa: E402
-from token_stream import TokenStreamWriter  # noqa: E402
+from corpus.token_stream import TokenStreamWriter  # noqa: E402
 from vocab import load_vocab  # noqa: E402
 
 
@@ -69,7 +69,7 @@ def imdb_corpus(imdb_reviews, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def vocab_dir(imdb_corpus, tmp_path_factory) -> Path:
     """A 2,000-token WordPiece vocabulary trained on imdb_corpus (directory with vocab.txt)."""
-    from input_files import find_inputs
+    from corpus.input_files import find_inputs
     from train_vocab import train_vocab
     out = tmp_path_factory.mktemp("vocab")
     train_vocab(find_inputs([str(imdb_corpus)]), out, vocab_size=2000, show_progress=False)
@@ -241,12 +241,12 @@ def skip_flops_measurement():
 def training_losses(monkeypatch) -> list[float]:
     """The loss of every training micro-step of in-process MLM runs, in order, as Python floats."""
     import torch
-    from mlm_task import MaskedLMTask
+    from tasks.mlm_task import MaskedLMTask
     losses = []
     original = MaskedLMTask.loss
 
-    def recording_loss(self, model, batch, generator=None, mask_rate=None):
-        result = original(self, model, batch, generator, mask_rate)
+    def recording_loss(self, model, batch, progress=None):
+        result = original(self, model, batch, progress)
         if torch.is_grad_enabled():  # training, not evaluation
             losses.append(result[0].item())
         return result

@@ -4,7 +4,7 @@ import shutil
 
 import bench
 import bench_finetune
-import glue_data
+from tasks import glue_data
 from errors import UserError
 import bow_baseline
 import make_demo

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from batching import BatchOrder, LengthGroupedBatchOrder, group_by_length, pad_multiple, padded_width
-from pair_encoding import encode_examples
+from tasks.pair_encoding import encode_examples
 from vocab import load_vocab
 
 

@@ -275,3 +275,20 @@ def test_a_damaged_checkpoint_is_one_line_in_every_script(mlm_trained_run, mlm_w
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {path}: ") and DAMAGES[damage] in lines[0], lines
     assert sorted(path.name for path in mlm_workdir.iterdir()) == ["config.ini", "damaged.pt", "datasets", "vocab"]
+
+
+def test_random_states_keep_the_tasks_own_generator_and_an_earlier_layouts_mask_state_is_left_by_a_task_without_one():
+    """A task that masks saves and restores its generator with the run's RNG; a checkpoint of any task
+    written before tasks owned their generators holds a "mask" state too, which a fine-tuning task
+    (random_generator None) leaves alone on resume."""
+    generator = torch.Generator().manual_seed(7)
+    saved = checkpoints.random_states(generator)
+    expected = torch.rand(3, generator=generator)
+    checkpoints.restore_random_states(saved, generator)
+    assert torch.equal(torch.rand(3, generator=generator), expected)
+    assert "mask" not in checkpoints.random_states(None)
+    torch.manual_seed(3)
+    earlier = {"torch": torch.get_rng_state(), "mask": torch.Generator().manual_seed(1).get_state()}
+    drawn = torch.rand(2)
+    checkpoints.restore_random_states(earlier, None)
+    assert torch.equal(torch.rand(2), drawn)

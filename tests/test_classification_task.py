@@ -16,14 +16,14 @@ import torch
 import checkpoints
 import classify
 import fill_mask
-import glue_data
-import glue_metrics
-import glue_tasks
-import pair_encoding
+from tasks import glue_data
+from tasks import glue_metrics
+from tasks import glue_tasks
+from tasks import pair_encoding
 import main
 import make_demo
 import prepare_mlm_dataset
-from classification_task import ClassificationTask, Part, confusion_metrics
+from tasks.classification_task import ClassificationTask, Part, confusion_metrics
 from config import CLASSIFICATION_TASKS, Config
 from errors import UserError
 from model import BertForSequenceClassification, ModelConfig

@@ -17,13 +17,13 @@ import torch
 import checkpoints
 import classify
 import export_hf
-import glue_data
-import hf_import
+from tasks import glue_data
+from interop import hf_import
 import import_hf
-import labelled_files
+from tasks import labelled_files
 import main
 import model as model_module
-import onnx_model
+from interop import onnx_model
 import run_start
 import task as task_module
 from config import Config

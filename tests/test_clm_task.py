@@ -1,4 +1,4 @@
-"""src/clm_task.py: causal language modelling on the MLM shards: each position's label is the next
+"""src/tasks/clm_task.py: causal language modelling on the MLM shards: each position's label is the next
 token, it learns and resumes through main.py, its encoder starts an MLM run, and static shards
 give it their original ids."""
 import subprocess
@@ -9,7 +9,7 @@ import torch
 
 import main
 from conftest import TEST_DEVICE
-from clm_task import CausalLMTask
+from tasks.clm_task import CausalLMTask
 from test_trainer import ROOT, load, scalars
 from test_variants_training import val_losses
 from vocab import load_vocab

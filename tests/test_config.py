@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from checkpoints import saved_settings
-from config import INI_KEYS, Config, key_groups
+from config import CROSS_FIELD_RULES, INI_KEYS, Config, key_groups
 from ini import load_config
 from errors import UserError
 from legacy import IGNORED_KEYS
@@ -204,6 +204,13 @@ def test_cross_field_errors_name_the_file(tmp_path):
     assert "lr-decay-iters" in load_error(tmp_path, "warmup-iters = 500\nlr-decay-iters = 100")
     assert load_error(tmp_path, "logit-weight = 0.5\n") == \
         f"{path}: logit-weight = 0.5 goes with task-type = distill, not mlm"
+
+
+def test_cross_field_rules_are_named_and_say_their_rule():
+    names = [rule.__name__ for rule in CROSS_FIELD_RULES]
+    assert "<lambda>" not in names
+    assert all(rule.__doc__ and rule.__doc__.strip() for rule in CROSS_FIELD_RULES)
+    assert len(set(names)) == len(names)
 
 
 def test_variant_keys(tmp_path):

@@ -1,4 +1,4 @@
-"""src/corpus_units.py: the corpus cut into units of about --shard-tokens, each its numbered shards;
+"""src/corpus/corpus_units.py: the corpus cut into units of about --shard-tokens, each its numbered shards;
 the same files for any worker count, resumed after a failure, or made in parts on several machines."""
 import os
 import re
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from conftest import ids_of_lines
-from corpus_units import Part, document_pieces, id_pieces, parse_part, with_lookahead
+from corpus.corpus_units import Part, document_pieces, id_pieces, parse_part, with_lookahead
 from errors import UserError
-from preparation import SPLITS, assign_splits
+from corpus.preparation import SPLITS, assign_splits
 from shards import read_shard
 from test_preparation import SEQ_LEN, run_fixed_len, run_text, shard_files
 
@@ -115,7 +115,7 @@ def test_shards_are_the_same_bytes_for_any_workers_and_chunk_size(units_out, sma
 
 def test_a_rerun_after_a_failure_makes_only_the_missing_units(units_out, small_corpus, vocab_dir, tmp_path,
                                                               monkeypatch, capsys):
-    import preparation
+    from corpus import preparation
     original = preparation.SplitWriter.add
 
     def failing_add(self, samples):

@@ -13,14 +13,14 @@ from transformers import AutoModel, BertConfig, BertModel
 from transformers import BertForMaskedLM as TheirMaskedLM
 
 import export_hf
-import hf_import
+from interop import hf_import
 import main
 import make_demo
 from conftest import assert_resumes_exactly_mid_epoch, one_error_line
 from checkpoints import load as load_checkpoint
-from distill_task import RelationEncoder, prediction_kl, relation_losses, visibility
+from tasks.distill_task import RelationEncoder, prediction_kl, relation_losses, visibility
 from model import ModelConfig
-from teacher import load_teacher
+from tasks.teacher import load_teacher
 from vocab import load_vocab
 
 # Of another width, depth and heads than the student (conftest's MLM_SETTINGS: 64 wide, 2 heads, 2

@@ -18,18 +18,18 @@ import torch.nn.functional as F
 
 import checkpoints
 import embed
-import embed_data
+from tasks import embed_data
 import export_hf
 import import_hf
 import main
 import make_embed_demo
-import retrieval_metrics
-import teacher
+from tasks import retrieval_metrics
+from tasks import teacher
 from conftest import assert_resumes_exactly_mid_epoch, one_error_line, write_mlm_config
-from embed_task import contrastive_loss, embed_texts, similarity_loss
+from tasks.embed_task import contrastive_loss, embed_texts, similarity_loss
 from errors import UserError
 from model import BertForEmbedding
-from retrieval_metrics import best_documents, retrieval_scores
+from tasks.retrieval_metrics import best_documents, retrieval_scores
 from test_distributed import run_main
 from test_vocab import published_uncased_model
 

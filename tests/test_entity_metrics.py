@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from entity_metrics import entities, entity_scores
+from tasks.entity_metrics import entities, entity_scores
 
 
 def test_entities_of_bio_iob1_and_iobes_tags():

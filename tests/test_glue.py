@@ -44,7 +44,7 @@ epochs = 2
 
 
 def load_runner():
-    """scripts/glue.py by its path: `import glue` finds src/glue_tasks.py's neighbour first."""
+    """scripts/glue.py by its path: `import glue` finds src/tasks/glue_tasks.py's neighbour first."""
     spec = importlib.util.spec_from_file_location("glue_runner", ROOT / "scripts" / "glue.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,4 +1,4 @@
-"""src/glue_data.py: every GLUE task's splits read the same from both layouts, the layouts SST-2 and
+"""src/tasks/glue_data.py: every GLUE task's splits read the same from both layouts, the layouts SST-2 and
 CoLA had before, QQP as distributed, and every bad file as a one-line error."""
 
 import numpy as np
@@ -8,8 +8,8 @@ import pytest
 
 import make_demo
 from errors import UserError
-from glue_data import read_split
-from glue_tasks import TASKS
+from tasks.glue_data import read_split
+from tasks.glue_tasks import TASKS
 
 ROWS = 12  # examples per split file: enough for every label of every task
 STSB_HEADER = ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2"]

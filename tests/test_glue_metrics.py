@@ -1,12 +1,13 @@
-"""src/glue_metrics.py: the metrics against scipy and by hand, a task's score as the mean of its
+"""src/tasks/glue_metrics.py: the metrics against scipy and by hand, a task's score as the mean of its
 metrics, and both averages on BERT-large's published numbers."""
 import numpy as np
 import pytest
 from scipy.stats import pearsonr, spearmanr
 
-from glue_metrics import (accuracy, cramming_average, f1_score, leaderboard_average, macro_f1, matthews_correlation,
-                          multi_label_metrics, pearson, spearman, task_metrics, task_score)
-from glue_tasks import TASKS
+from tasks.glue_metrics import (accuracy, cramming_average, f1_score, leaderboard_average, macro_f1,
+                                matthews_correlation, multi_label_metrics, pearson, spearman, task_metrics,
+                                task_score)
+from tasks.glue_tasks import TASKS
 
 
 def test_correlations_match_scipy_with_ties():

@@ -1,4 +1,4 @@
-"""src/glue_tasks.py: the table holds GLUE as the field reports it, GLUE's spellings of task names,
+"""src/tasks/glue_tasks.py: the table holds GLUE as the field reports it, GLUE's spellings of task names,
 and the submission files as the GLUE server wants them."""
 import csv
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from errors import UserError
-from glue_data import read_split
-from glue_tasks import TASKS, glue_task, write_submission
+from tasks.glue_data import read_split
+from tasks.glue_tasks import TASKS, glue_task, write_submission
 from test_glue_data import ROWS, one_line_sentences, split_rows, write_tsv_split
 
 

@@ -17,9 +17,9 @@ from transformers.dynamic_module_utils import get_imports, get_relative_import_f
 import checkpoints
 from conftest import make_mlm_workdir, one_error_line, prepare_mlm_base_dir
 import export_hf
-import pair_encoding
-import hf_export
-import hf_import
+from tasks import pair_encoding
+from interop import hf_export
+from interop import hf_import
 import import_hf
 import main
 import make_demo

@@ -12,14 +12,14 @@ from transformers import BertConfig, BertForMaskedLM as TheirMaskedLM, BertForSe
 from transformers import AutoModel, AutoTokenizer, BertForPreTraining as TheirPreTraining, BertModel, BertTokenizerFast
 
 import export_hf
-import hf_import
+from interop import hf_import
 import import_hf
 import main
 import make_demo
 import prepare_mlm_dataset
 from errors import UserError
 from conftest import one_error_line
-from hf_weights import THEIR_TIED
+from interop.hf_weights import THEIR_TIED
 from model import BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, ModelConfig
 from checkpoints import check_compatible, load as load_checkpoint, restore_model, vocab_of
 from test_vocab import published_uncased_model
@@ -246,7 +246,7 @@ def test_a_published_model_fine_tuned_teaches_a_small_student_as_a_checkpoint_or
     """README's small model for a task: all-MiniLM-L6-v2 fine-tuned with its template teaches a narrow
     student on sentences without labels, as our checkpoint or as the transformers directory it exports
     to (the same logits)."""
-    from classification_task import ClassificationTask
+    from tasks.classification_task import ClassificationTask
     published = published_uncased_model()
     base = tmp_path / "demo"
     make_demo.write_sst2(base / "datasets", rotten_tomatoes[:600], seed=123)

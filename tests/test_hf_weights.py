@@ -1,11 +1,11 @@
-"""src/hf_weights.py: the one table between our weight names and transformers' BERT names, both
+"""src/interop/hf_weights.py: the one table between our weight names and transformers' BERT names, both
 ways: every weight of a pre-training model survives the round trip, attention's q, k and v split
 in order, and names with no use here are reported, not lost silently."""
 import pytest
 import torch
 
 from errors import UserError
-from hf_weights import THEIR_TIED, from_hf, to_hf
+from interop.hf_weights import THEIR_TIED, from_hf, to_hf
 from model import BertForPreTraining, ModelConfig
 
 CONFIG = ModelConfig(vocab_size=40, max_len=16, d_model=16, heads=2, n_layer=2, d_ff=32, sentence_classes=2)

@@ -14,15 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import input_files
+from corpus import input_files
 import prepare_mlm_dataset
 import prepare_mlm_fixed_len_dataset_from_ids as prepare_fixed_len
 import tokenize_text
 import train_vocab
 from errors import UserError
-from input_files import byte_pieces, find_inputs, line_batches, read_documents
+from corpus.input_files import byte_pieces, find_inputs, line_batches, read_documents
 from shards import read_shard
-from token_stream import read_token_stream
+from corpus.token_stream import read_token_stream
 from vocab import Vocab
 
 ROOT = Path(__file__).resolve().parent.parent

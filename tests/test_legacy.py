@@ -16,9 +16,9 @@ import hardware
 import legacy
 import main
 import make_demo
-from classification_task import ClassificationTask
+from tasks.classification_task import ClassificationTask
 from ini import load_config
-from mlm_task import MaskedLMTask
+from tasks.mlm_task import MaskedLMTask
 from packed_files import ShardError
 from model import INIT_STD, BertForMaskedLM, ModelConfig, sinusoidal_positions
 from shards import from_arrays, read_shard

@@ -14,7 +14,7 @@ from config import Config
 from conftest import MLM_SEQ_LEN, TEST_DEVICE
 from errors import UserError
 from lm_data import LanguageModelData, document_ids, make_batch, split_pattern
-from mlm_task import MaskedLMTask
+from tasks.mlm_task import MaskedLMTask
 from shards import read_shard
 from test_mlm_task import QUICK
 from vocab import load_vocab

@@ -157,8 +157,9 @@ IMPORTED_BY_A_RUN = f"""
 import atexit, json, pathlib, sys
 sys.path.insert(0, {str(ROOT / 'src')!r})
 source = pathlib.Path({str(ROOT / 'src')!r})
-atexit.register(lambda: print(json.dumps([name for name, module in sys.modules.items()
-                                          if pathlib.Path(getattr(module, "__file__", None) or "/").parent == source])))
+def ours(module) -> bool:
+    return source in pathlib.Path(getattr(module, "__file__", None) or "/").parents
+atexit.register(lambda: print(json.dumps([name for name, module in sys.modules.items() if ours(module)])))
 import main
 main.main(sys.argv[1:])
 """
@@ -183,17 +184,32 @@ def test_a_fine_tuning_run_imports_only_its_own_modules(mlm_workdir, rotten_toma
     assert imported == FINE_TUNING_MODULES, (imported - FINE_TUNING_MODULES, FINE_TUNING_MODULES - imported)
 
 
-def test_house_numbers_counts_the_runs_modules_and_finds_no_chain_longer_than_nine(capsys):
+def test_house_numbers_counts_the_runs_modules_and_finds_no_circle(capsys):
     house_numbers.main()
     lines = capsys.readouterr().out.splitlines()
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in lines if line.startswith("| ")}
     assert rows["pre-training (mlm)"][0] == str(len(PRE_TRAINING_MODULES))
     counts = house_numbers.counted(PRE_TRAINING_MODULES)
     assert counts["lines"] == counts["code"] + counts["docstrings"] + counts["comments"] + counts["blank"]
-    assert counts["lines"] == sum(len((house_numbers.SOURCE / f"{name}.py").read_text().splitlines())
+    assert counts["lines"] == sum(len(house_numbers.module_path(name).read_text().splitlines())
                                   for name in PRE_TRAINING_MODULES)
     chain = house_numbers.longest_chain()  # a circle would end it with an error
-    # 9 since temp names carry their host (packed_files -> atomic): config -> legacy -> packed_files -> atomic
-    # -> errors under classification_task -> teacher -> hf_import -> checkpoints; the core-and-wings layout
-    # (issue 72) is to shorten it
-    assert len(chain) <= 9 and lines[-1].endswith(" -> ".join(chain))
+    assert lines[-1].endswith(" -> ".join(chain))
+
+
+def test_the_core_imports_no_wing_but_main_which_composes_a_run():
+    """src/*.py is the engine; the tasks, the corpus preparation and the interop stand in wings of their
+    own (src/tasks/, src/corpus/, src/interop/) that only main.py picks from."""
+    assert house_numbers.core_imports_of_wings() == []
+    rooms = house_numbers.house()
+    assert set(rooms) == {"core", "tasks", "corpus", "interop"}
+
+
+def test_a_wing_imports_another_only_one_way():
+    """tasks -> corpus (a teacher's transfer-data), tasks -> interop (a published teacher); no wing imports
+    back: the wings stand in one order, as the core's modules do."""
+    graph = house_numbers.import_graph()
+    between = {(house_numbers.wing_of(name), house_numbers.wing_of(each)) for name, imported in graph.items()
+               for each in imported}
+    wings = {pair for pair in between if None not in pair and pair[0] != pair[1]}
+    assert wings == {("tasks", "corpus"), ("tasks", "interop")}

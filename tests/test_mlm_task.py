@@ -1,4 +1,4 @@
-"""src/mlm_task.py: masked language modelling on real IMDB shards: dynamic masks by each masking
+"""src/tasks/mlm_task.py: masked language modelling on real IMDB shards: dynamic masks by each masking
 key, stored masks (ours and the original project's), the loss and its statistics, and the
 predictions shown in the log."""
 import gzip
@@ -12,7 +12,8 @@ import torch
 
 import main
 from conftest import TEST_DEVICE, make_mlm_workdir
-from mlm_task import MaskedLMTask
+from run_plan import Progress
+from tasks.mlm_task import MaskedLMTask
 from shards import read_shard
 from test_trainer import scalars
 from vocab import load_vocab
@@ -78,7 +79,8 @@ def test_mask_rate_0_3_fills_its_slots(mlm_workdir):
     config = main.load_config(None, ["--mask-rate", "0.3"])
     task = MaskedLMTask(config, load_vocab(mlm_workdir / "vocab"), torch.device(TEST_DEVICE))
     ids = torch.from_numpy(next(task.data.fixed_batches("val", 1))["input_ids"].astype(np.int64))
-    labels = task.masker.mask(ids, torch.Generator().manual_seed(0))["labels"].cpu()
+    generator = torch.Generator().manual_seed(0)
+    labels = task.masker.with_masks({"input_ids": ids}, generator, task.masker.rule.mask_rate)["labels"].cpu()
     assert labels.shape == (config.batch_size, math.ceil(0.3 * config.seq_len))
     maskable = ~torch.isin(ids, task.masker.special_ids.cpu())  # the masker's ids live on the task's device
     assert (labels != -100).sum() / maskable.sum() == pytest.approx(0.3, abs=0.02)
@@ -101,12 +103,12 @@ def task(mlm_workdir) -> MaskedLMTask:
 def test_a_batch_is_masked_once_keeping_its_ids_and_stored_masks_pass(task):
     batch = {name: torch.as_tensor(value) if value is not None else None
              for name, value in next(task.data.fixed_batches("val", 1)).items()}
-    masked = task.masker.masked(batch, torch.Generator().manual_seed(0))
+    masked = task.masker.masked(batch, Progress(0, 0.0))
     assert masked["original_ids"] is batch["input_ids"]
     labelled = masked["labels"] != -100
     rows = torch.arange(len(labelled))[:, None].expand_as(labelled)
     assert torch.equal(masked["labels"][labelled], batch["input_ids"][rows[labelled], masked["positions"][labelled]])
-    assert task.masker.masked(masked, torch.Generator().manual_seed(1)) is masked  # masks there: kept
+    assert task.masker.masked(masked, Progress(1, 0.0)) is masked  # masks there: kept
 
 
 def test_the_loss_counts_the_masked_tokens_and_an_untrained_model_guesses(task):
@@ -137,9 +139,9 @@ def test_shards_of_documents_apart_train_mlm_electra_and_clm_with_their_document
         mlm_apart_base_dir, tmp_path, monkeypatch, keep_signal_handlers, skip_flops_measurement):
     seen, original = [], MaskedLMTask.loss
 
-    def recording(self, model, batch, generator=None, mask_rate=None):
+    def recording(self, model, batch, progress=None):
         seen.append(batch.get("document_ids"))
-        return original(self, model, batch, generator, mask_rate)
+        return original(self, model, batch, progress)
 
     monkeypatch.setattr(MaskedLMTask, "loss", recording)
     work = make_mlm_workdir(mlm_apart_base_dir, tmp_path / "work")

@@ -17,9 +17,9 @@ import torch
 
 import checkpoints
 import export_hf
-import onnx_export
-from embed_task import embed_texts
-from onnx_model import restore_model
+from interop import onnx_export
+from tasks.embed_task import embed_texts
+from interop.onnx_model import restore_model
 from test_onnx_export import HEADS, LAYOUTS, random_checkpoint
 
 CLIENT_PYTHON = os.environ.get("ONNX_CLIENT_PYTHON")

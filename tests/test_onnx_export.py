@@ -19,8 +19,8 @@ from onnx import numpy_helper
 import checkpoints
 import classify
 import export_hf
-import onnx_export
-from classification_task import ClassificationTask
+from interop import onnx_export
+from tasks.classification_task import ClassificationTask
 from config import Config
 from conftest import one_error_line
 from model import BertForCausalLM, BertForSequenceClassification, ModelConfig

@@ -17,13 +17,13 @@ import embed
 import export_hf
 import fill_mask
 import ner
-import onnx_model
+from interop import onnx_model
 import qa
 from conftest import one_error_line
-from embed_task import embed_texts
-from squad_task import answer_questions
+from tasks.embed_task import embed_texts
+from tasks.squad_task import answer_questions
 from test_onnx_export import LAYOUTS, random_checkpoint
-from token_task import tag_sentences
+from tasks.token_task import tag_sentences
 
 SENTENCES = ["Fine.", "A gorgeous, witty, seductive movie that never stops surprising.", "dull",
              "The plot made no sense at all, and the acting was wooden from the first scene to the last one.",
@@ -123,7 +123,7 @@ def test_fill_mask_gives_the_checkpoints_candidates_through_the_graph(vocab, tmp
 
 def test_the_graphs_metadata_reads_no_weights(vocab, tmp_path, monkeypatch):
     """The graph holds the weights: beside it the directory gives shapes alone (safetensors' header)."""
-    import hf_import
+    from interop import hf_import
     checkpoint = random_checkpoint(tmp_path / "model.pt", vocab, "sst2", LAYOUTS["bert"])
     export_hf.export(checkpoint, tmp_path / "hf", onnx=True)
 

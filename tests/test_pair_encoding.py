@@ -1,9 +1,9 @@
-"""src/pair_encoding.py: sentence pairs cut as transformers cuts them, token and segment ids equal
+"""src/tasks/pair_encoding.py: sentence pairs cut as transformers cuts them, token and segment ids equal
 to transformers' on real sentences, and padding."""
 import numpy as np
 import pytest
 
-from pair_encoding import encode_examples, kept_lengths
+from tasks.pair_encoding import encode_examples, kept_lengths
 from vocab import load_vocab
 
 

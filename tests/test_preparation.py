@@ -1,4 +1,4 @@
-"""src/preparation.py and the two preparers that share it (prepare_mlm_dataset.py from text,
+"""src/corpus/preparation.py and the two preparers that share it (prepare_mlm_dataset.py from text,
 prepare_mlm_fixed_len_dataset_from_ids.py from a token-id stream): the split, static masking,
 identical files whatever the chunking, bad inputs."""
 import errno
@@ -14,7 +14,7 @@ import atomic
 import prepare_mlm_dataset
 import prepare_mlm_fixed_len_dataset_from_ids as prepare_fixed_len
 from packed_files import HeaderFirstFile
-from preparation import SPLITS, assign_splits
+from corpus.preparation import SPLITS, assign_splits
 from shards import read_shard
 
 SEQ_LEN = 128

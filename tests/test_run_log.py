@@ -11,7 +11,7 @@ import torch
 import main
 import hardware
 import run_log
-from mlm_task import MaskedLMTask
+from tasks.mlm_task import MaskedLMTask
 
 
 def test_an_undefined_metric_is_said_so_in_words_never_as_a_number():
@@ -59,12 +59,12 @@ def test_a_disk_that_fills_while_training_stops_at_once_naming_the_file(mlm_work
                                                                          names, filled):
     original, steps = MaskedLMTask.loss, []
 
-    def loss_then_full(self, model, batch, generator=None, mask_rate=None):
+    def loss_then_full(self, model, batch, progress=None):
         if torch.is_grad_enabled():
             steps.append(1)
             if len(steps) == 7:
                 full_disk(names)  # the log line and scalars of step 7 find the disk full
-        return original(self, model, batch, generator, mask_rate)
+        return original(self, model, batch, progress)
     monkeypatch.setattr(MaskedLMTask, "loss", loss_then_full)
     with pytest.raises(SystemExit) as exit_info:
         main.main(["--val-interval", "5"])

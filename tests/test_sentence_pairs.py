@@ -16,10 +16,10 @@ import hardware
 from conftest import MLM_SEQ_LEN, make_mlm_workdir, prepare_mlm_base_dir
 from lm_data import make_batch
 from packed_files import ShardError
-from preparation import SPLITS, assign_splits
-from sentence_pairs import PairMaker, pair_sample, truncate_pair
+from corpus.preparation import SPLITS, assign_splits
+from corpus.sentence_pairs import PairMaker, pair_sample, truncate_pair
 from shards import read_shard
-from tokenizing import encode_documents
+from corpus.tokenizing import encode_documents
 from test_trainer import load, scalars
 
 SEQ_LEN = 128

@@ -7,7 +7,7 @@ import pytest
 from errors import UserError
 from masking import MaskingRule
 from packed_files import ShardError
-from preparation import StaticMasker
+from corpus.preparation import StaticMasker
 from shards import ShardWriter, find_shards, read_shard
 from vocab import SPECIAL_TOKENS, Vocab
 

@@ -17,12 +17,12 @@ import import_hf
 import main
 import make_qa_demo
 import qa
-import squad_data
+from tasks import squad_data
 from conftest import assert_resumes_exactly_mid_epoch, one_error_line, write_mlm_config
 from test_distributed import run_main
-from squad_data import Questions, answer_pieces, context_windows, encode_questions
-from squad_metrics import normalize_answer, squad_scores
-from squad_task import QuestionSplit, answer_questions, best_answers
+from tasks.squad_data import Questions, answer_pieces, context_windows, encode_questions
+from tasks.squad_metrics import normalize_answer, squad_scores
+from tasks.squad_task import QuestionSplit, answer_questions, best_answers
 
 SQUAD = {"seq_len": 128, "batch_size": 16, "learning_rate": 1e-3, "warmup_iters": 10, "dataset_pattern": "",
          "val_dataset_pattern": "", "test_dataset_pattern": ""}

@@ -14,7 +14,7 @@ class SignTask:
     """Scores a batch of numbers: the loss is their mean, the statistics [count, positives]."""
     device = torch.device("cpu")
 
-    def loss(self, model, batch, generator=None, mask_rate=None):
+    def loss(self, model, batch, progress=None):
         values = model(batch["values"])
         return values.mean(), torch.stack([torch.tensor(float(len(values))), (values > 0).sum().float()])
 
@@ -37,14 +37,16 @@ def test_a_split_without_a_batch_is_one_line():
 
 
 def test_every_task_kind_names_classes_that_exist():
-    """architecture.TASK_KINDS is the one table of tasks: each line's classes are real, and every
-    export class is one transformers' Auto classes (or the model card's load line) know."""
-    import hf_export
+    """architecture.TASK_KINDS (what a task-type is) and tasks.TASK_CLASSES (the class that trains it)
+    name the same task-types; each line's classes are real, and every export class is one
+    transformers' Auto classes (or the model card's load line) know."""
+    from interop import hf_export
     import model
     from architecture import ENCODER_KIND, TASK_KINDS
-    from task import task_class
-    for name, kind in TASK_KINDS.items():
-        assert task_class(name).__name__ == kind.task_class, name
+    from tasks import TASK_CLASSES, task_class
+    assert list(TASK_CLASSES) == list(TASK_KINDS)
+    for name in TASK_KINDS:
+        assert task_class(name).__module__.startswith("tasks."), name
     for kind in (*TASK_KINDS.values(), ENCODER_KIND):
         assert issubclass(getattr(model, kind.model), torch.nn.Module)
         assert kind.native in hf_export.AUTO_NAMES and kind.variant in hf_export.AUTO_CLASSES

@@ -12,7 +12,7 @@ import throughput
 from config import Config
 from ini import load_config
 from errors import UserError
-from mlm_task import MaskedLMTask
+from tasks.mlm_task import MaskedLMTask
 from run_plan import learning_rate
 from test_distributed import run_main
 from test_trainer import scalars
@@ -47,10 +47,10 @@ def fake_clock(monkeypatch):
     monkeypatch.setattr(hardware, "measure_matmul_flops", lambda device, dtype: 1e12)
     original_loss, original_validate = MaskedLMTask.loss, Trainer.validate
 
-    def loss(self, model, batch, generator=None, mask_rate=None):
+    def loss(self, model, batch, progress=None):
         if model.training:
             now[0] += 1.0
-        return original_loss(self, model, batch, generator)
+        return original_loss(self, model, batch, progress)
 
     def validate(self, run):
         now[0] += 100.0

@@ -1,11 +1,11 @@
-"""Tests of src/token_stream.py: a token-id stream round trip, its header, clear errors on a truncated
+"""Tests of src/corpus/token_stream.py: a token-id stream round trip, its header, clear errors on a truncated
 stream or on a file of another format."""
 import numpy as np
 import pytest
 
 from packed_files import ShardError
 from shards import ShardWriter
-from token_stream import TokenStreamWriter, read_token_stream
+from corpus.token_stream import TokenStreamWriter, read_token_stream
 
 
 @pytest.fixture(scope="module")

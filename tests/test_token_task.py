@@ -17,11 +17,11 @@ import import_hf
 import main
 import make_ner_demo
 import ner
-import token_data
+from tasks import token_data
 from conftest import assert_resumes_exactly_mid_epoch, one_error_line, write_mlm_config
 from test_distributed import run_main
 from model import IGNORE_INDEX
-from token_data import TaggedSentences, best_windows, encode_sentences, windows
+from tasks.token_data import TaggedSentences, best_windows, encode_sentences, windows
 
 NER = {"task_type": "ner", "batch_size": 16, "learning_rate": 1e-3, "warmup_iters": 10, "dataset_pattern": "",
        "val_dataset_pattern": "", "test_dataset_pattern": ""}

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import token_stream
+from corpus import token_stream
 import tokenize_text
-from input_files import find_inputs
-from token_stream import read_token_stream
+from corpus.input_files import find_inputs
+from corpus.token_stream import read_token_stream
 from vocab import load_vocab
 
 

@@ -1,4 +1,4 @@
-"""src/tokenizing.py: documents tokenized in batches of bounded size, on N processes, in input order."""
+"""src/corpus/tokenizing.py: documents tokenized in batches of bounded size, on N processes, in input order."""
 import os
 import signal
 import subprocess
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from errors import UserError
-from tokenizing import Tokenizing, document_batches, document_ids, split_sentences
+from corpus.tokenizing import Tokenizing, document_batches, document_ids, split_sentences
 
 
 def test_batches_hold_about_batch_chars_and_keep_every_document_in_order():
@@ -54,7 +54,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 POOL_AT_WORK = """
 import sys, time
 sys.path.insert(0, {src!r})
-from tokenizing import Tokenizing
+from corpus.tokenizing import Tokenizing
 from vocab import load_vocab
 with Tokenizing(load_vocab({vocab!r}), workers=2) as two:
     results = two.map((index, ["a few words of a review"] * 20) for index in range(8))

@@ -15,7 +15,7 @@ import torch
 
 import main
 from conftest import MLM_SEQ_LEN
-from mlm_task import MaskedLMTask
+from tasks.mlm_task import MaskedLMTask
 from vocab import load_vocab
 from trainer import cut_rows, improves
 
@@ -209,10 +209,10 @@ def test_a_length_curriculum_cuts_the_rows_and_resumes_exactly(mlm_workdir_facto
     rows; a run resumed at step 5, inside the short phase, continues as the straight run does."""
     shapes, original = [], MaskedLMTask.loss
 
-    def recording_shape(self, model, batch, generator=None, mask_rate=None):
+    def recording_shape(self, model, batch, progress=None):
         if torch.is_grad_enabled():
             shapes.append(tuple(batch["input_ids"].shape))
-        return original(self, model, batch, generator, mask_rate)
+        return original(self, model, batch, progress)
 
     monkeypatch.setattr(MaskedLMTask, "loss", recording_shape)
     check_resume_equivalence(mlm_workdir_factory, tmp_path, monkeypatch, training_losses, dropout=0.0,
@@ -228,11 +228,12 @@ def test_a_falling_mask_rate_masks_each_step_at_its_rate_and_resumes_exactly(
     before the step down, continues as the straight run does; each log line says the step's rate."""
     picked, original = [], MaskedLMTask.loss
 
-    def recording_picks(self, model, batch, generator=None, mask_rate=None):
+    def recording_picks(self, model, batch, progress=None):
         if torch.is_grad_enabled():
-            masked = self.masker.masked(batch, generator, mask_rate)
-            picked.append((mask_rate, (masked["labels"] != -100).sum().item() / batch["attention_mask"].sum().item()))
-        return original(self, model, batch, generator, mask_rate)
+            masked = self.masker.masked(batch, progress)
+            share = (masked["labels"] != -100).sum().item() / batch["attention_mask"].sum().item()
+            picked.append((self.masker.step_rate, share))
+        return original(self, model, batch, progress)
 
     monkeypatch.setattr(MaskedLMTask, "loss", recording_picks)
     check_resume_equivalence(mlm_workdir_factory, tmp_path, monkeypatch, training_losses, dropout=0.0,
@@ -282,12 +283,12 @@ def test_the_logged_curve_after_a_resume_equals_the_uninterrupted_one(mlm_workdi
     else:
         original, steps = MaskedLMTask.loss, []
         with monkeypatch.context() as patch:
-            def loss_then_stop(self, model, batch, generator=None, mask_rate=None):
+            def loss_then_stop(self, model, batch, progress=None):
                 if torch.is_grad_enabled():
                     steps.append(1)
                     if len(steps) == 11:
                         Path("stop").touch()
-                return original(self, model, batch, generator, mask_rate)
+                return original(self, model, batch, progress)
             patch.setattr(MaskedLMTask, "loss", loss_then_stop)
             run_to(12)
         assert load(Path("runs/run0/checkpoints/checkpoint.pt"))["step"] == 11
@@ -427,12 +428,12 @@ def test_stop_file_ends_the_run_after_the_step_with_a_checkpoint(mlm_workdir, mo
     original = MaskedLMTask.loss
     calls = []
 
-    def loss_then_stop(self, model, batch, generator=None, mask_rate=None):
+    def loss_then_stop(self, model, batch, progress=None):
         if torch.is_grad_enabled():  # training, not evaluation
             calls.append(1)
             if len(calls) == 3:
                 Path("stop").touch()  # during step 3
-        return original(self, model, batch, generator, mask_rate)
+        return original(self, model, batch, progress)
 
     monkeypatch.setattr(MaskedLMTask, "loss", loss_then_stop)
     run_dir = main.run(main.load_config(None, ["--max-iters", "1000"]), None, False)
@@ -489,8 +490,8 @@ def resume_with_nan_loss(monkeypatch, capsys, *, in_training: bool, options: tup
     """Resume the good run to step 8 with the loss NaN in training or in validation; its error lines."""
     original = MaskedLMTask.loss
 
-    def loss_turning_nan(self, model, batch, generator=None, mask_rate=None):
-        result = original(self, model, batch, generator, mask_rate)
+    def loss_turning_nan(self, model, batch, progress=None):
+        result = original(self, model, batch, progress)
         return (result[0] * float("nan"), *result[1:]) if torch.is_grad_enabled() == in_training else result
 
     monkeypatch.setattr(MaskedLMTask, "loss", loss_turning_nan)

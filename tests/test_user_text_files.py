@@ -8,17 +8,17 @@ from pathlib import Path
 import pytest
 
 import classify
-import embed_data
+from tasks import embed_data
 import glue
-import glue_data
-import hf_import
+from tasks import glue_data
+from interop import hf_import
 import ini
 import qa
-import squad_data
-import token_data
+from tasks import squad_data
+from tasks import token_data
 import vocab
 from errors import UserError
-from input_files import BadRecords, find_inputs, read_documents
+from corpus.input_files import BadRecords, find_inputs, read_documents
 
 BOM = "\ufeff"
 SQUAD = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": "A western from 1959.", "qas": [

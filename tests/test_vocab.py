@@ -113,7 +113,7 @@ def test_train_vocab_on_blank_input_writes_nothing_and_says_so_in_one_line(tmp_p
 
 
 def test_training_twice_gives_the_same_vocabulary(imdb_corpus, tmp_path):
-    from input_files import find_inputs
+    from corpus.input_files import find_inputs
     from train_vocab import train_vocab
     first = train_vocab(find_inputs([str(imdb_corpus)]), tmp_path / "a", vocab_size=2000, show_progress=False)
     second = train_vocab(find_inputs([str(imdb_corpus)]), tmp_path / "b", vocab_size=2000, show_progress=False)

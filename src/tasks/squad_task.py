@@ -16,15 +16,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-import squad_data
+from tasks import squad_data
 from batching import gather_padded, pad_multiple, padded_width
 from config import model_config
 from distributed import every_rank
-from fine_tuning import EncodedSplit, FineTuningTask, inference_rows
+from tasks.fine_tuning import EncodedSplit, FineTuningTask, inference_rows
 from hardware import to_device
 from model import BertForQuestionAnswering, ModelConfig
-from squad_data import EncodedQuestions, Questions
-from squad_metrics import squad_scores
+from tasks.squad_data import EncodedQuestions, Questions
+from tasks.squad_metrics import squad_scores
 
 N_BEST = 20  # start and end candidates per window, as run_qa.py and BERT's own script take
 
@@ -127,7 +127,7 @@ class QuestionAnsweringTask(FineTuningTask):
         return model(batch["input_ids"], batch["attention_mask"], batch["segment_ids"],
                      batch["start_positions"] if labelled else None, batch["end_positions"] if labelled else None)
 
-    def loss(self, model, batch: dict, generator=None, mask_rate=None):
+    def loss(self, model, batch: dict, progress=None):
         """Mean loss, and [windows, starts right, ends right]; no host sync."""
         start, end, loss = self.outputs(model, batch)
         return loss, torch.stack([batch["start_positions"].new_tensor(len(start)),

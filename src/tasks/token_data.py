@@ -16,10 +16,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from architecture import IGNORE_INDEX
 from config import check_unique_names
 from errors import UserError
-from glue_data import parquet_shards
-from model import IGNORE_INDEX
+from tasks.glue_data import parquet_shards
 
 # Where a split lives in the CoNLL text layout: the names of Hugging Face's conll2003 files, of
 # the CoNLL-2003 distribution (eng.testa is the dev split) and the .conll of WNUT's.

@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-import glue_data
+from tasks import glue_data
 from errors import UserError
-from glue_tasks import glue_task
+from tasks.glue_tasks import glue_task
 
 PAIR_COLUMNS = ("anchor", "positive")
 NEGATIVE = "negative"

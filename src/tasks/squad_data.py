@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from errors import UserError
-from glue_data import parquet_shards
+from tasks.glue_data import parquet_shards
 
 # Where a split lives: SQuAD's own file names, then plain ones.
 JSON_FILES = {"train": ("train-v2.0.json", "train-v1.1.json", "train.json"),

@@ -20,6 +20,7 @@ import json
 import logging
 import warnings
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -30,7 +31,7 @@ from config import FINE_TUNING_TASKS
 from errors import UserError
 from model import (BertForEmbedding, BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification,
                    BertForTokenClassification, ModelConfig)
-from onnx_model import INPUTS, INSTALL, onnx_class
+from interop.onnx_model import INPUTS, INSTALL, onnx_class
 
 TOLERANCE = 1e-4  # the largest difference a float32 output may have from ours, times its scale past 1
 # torch.onnx's exporter (torch.export's graph, onnxscript's operators) writes opset 18: asked for 17 it
@@ -227,8 +228,10 @@ def check_quantizable(checkpoint: dict, path: Path):
                         f"validation split; quantize a fine-tuned model")
 
 
-def write_quantized(checkpoint: dict, checkpoint_path: Path, graph: Path) -> dict:
-    """QUANTIZED_FILE and QUANTIZATION_REPORT beside `graph` (onnx/model.onnx); returns the report."""
+def write_quantized(graph: Path, scores_of: Callable[[dict[str, Path]], dict]) -> dict:
+    """QUANTIZED_FILE and QUANTIZATION_REPORT beside `graph` (onnx/model.onnx), each graph scored by
+    `scores_of` ({"float32": path, "int8": path} -> each one's metrics, and "metric": the headline);
+    returns the report."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
     quantized = graph.parent / Path(QUANTIZED_FILE).name
     logging.disable(logging.WARNING)  # its advice to pre-process the graph first, logged every time
@@ -236,32 +239,12 @@ def write_quantized(checkpoint: dict, checkpoint_path: Path, graph: Path) -> dic
         quantize_dynamic(graph, quantized, weight_type=QuantType.QInt8)
     finally:
         logging.disable(logging.NOTSET)
-    scores = validation_scores(checkpoint, checkpoint_path, {"float32": graph, "int8": quantized})
+    scores = scores_of({"float32": graph, "int8": quantized})
     report = {"split": "val", "metric": scores.pop("metric")} | {
         kind: {"file": f"onnx/{path.name}", "megabytes": round(path.stat().st_size / 2 ** 20, 2),
                "metrics": scores[kind]} for kind, path in (("float32", graph), ("int8", quantized))}
     (graph.parent / Path(QUANTIZATION_REPORT).name).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return report
-
-
-def validation_scores(checkpoint: dict, checkpoint_path: Path, graphs: dict[str, Path]) -> dict:
-    """Each graph's metrics on the run's validation split, read as the run read it (its settings,
-    its data paths from the working directory), and the name of the task's headline metric."""
-    import checkpoints
-    from config import Config
-    from task import chosen_metric, task_class
-    settings = checkpoints.saved_settings(checkpoint) | {"teacher": "", "transfer_data": ""}  # scoring alone
-    config = Config(**settings, sources=(f"{checkpoint_path}'s settings",))
-    shape = ModelConfig(**checkpoint["model_config"])
-    try:
-        task = task_class(checkpoint["task"])(config, checkpoints.vocab_of(checkpoint), torch.device("cpu"))
-        task.take_checkpoint_labels(tuple(checkpoint["model_config"]["label_names"]), kept=True)  # its outputs' names
-        scores = {kind: task.evaluate(onnx_class(checkpoint["task"])(path, shape), task.eval_batches("val", None),
-                                      contextlib.nullcontext()) for kind, path in graphs.items()}
-    except UserError as error:
-        raise UserError(f"--quantize scores the graphs on the run's validation split, its paths read from "
-                        f"{Path.cwd()}: {error}") from None
-    return scores | {"metric": chosen_metric(config, task)}
 
 
 def quantization_line(report: dict) -> str:

@@ -5,8 +5,9 @@ import torch.nn.functional as F
 
 from config import model_config
 from lm_data import DATA_KEYS, CorpusTask, LanguageModelData
-from mlm_task import MASKING_KEYS, Masker, first_sample, masked_share
+from tasks.mlm_task import MASKING_KEYS, Masker, first_sample, masked_share
 from model import IGNORE_INDEX, ElectraForPreTraining, ModelConfig, token_hits, token_loss
+from run_plan import Progress
 
 
 class ElectraTask(CorpusTask):
@@ -19,7 +20,8 @@ class ElectraTask(CorpusTask):
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         # masking = static is for mlm alone: the data is the unmasked ids
         super().__init__(config, vocab, device, LanguageModelData(config, vocab, rank, world_size))
-        self.masker = Masker(config, vocab, device)
+        self.masker = Masker(config, vocab, device, rank)
+        self.random_generator = self.masker.generator  # draws the masks and the generator's samples
         self.evaluation_sampling = torch.Generator(device=device)
         self.predictions_per_token = masked_share(config)  # the generator's head scores the masked positions
 
@@ -36,14 +38,18 @@ class ElectraTask(CorpusTask):
         self.evaluation_sampling.manual_seed(self.config.seed + 1)
         yield from self.masker.eval_batches(self.data, split, count, self.config.seed, self.device)
 
-    def loss(self, model, batch: dict, generator: torch.Generator | None = None, mask_rate: float | None = None):
+    def progress_metrics(self) -> dict[str, float]:
+        return self.masker.progress_metrics()
+
+    def loss(self, model, batch: dict, progress: Progress | None = None):
         """Mean loss, and [masked tokens, generator hits, real tokens, detector hits, generator loss
         sum, detection loss sum, replaced tokens]; no host sync."""
-        batch = self.masker.masked(batch, generator, mask_rate)
+        batch = self.masker.masked(batch, progress)
         labels = batch["labels"]
         generator_logits, detector_logits, corrupted = model(
             batch["input_ids"], batch["positions"], labels, batch["original_ids"],
-            attention_mask=batch["attention_mask"], sampling=generator or self.evaluation_sampling,
+            attention_mask=batch["attention_mask"],
+            sampling=self.evaluation_sampling if progress is None else self.masker.generator,
             document_ids=batch.get("document_ids"))
         replaced = corrupted != batch["original_ids"]
         real = (torch.ones_like(replaced) if batch["attention_mask"] is None else batch["attention_mask"]).float()

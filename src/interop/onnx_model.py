@@ -208,7 +208,7 @@ def restore_model(path: Path, kinds: dict[str, type]) -> tuple[nn.Module, object
         raise UserError(f"{graph}: no such file")
     if not (directory / "config.json").is_file():
         raise UserError(f"{graph}: not in an exported directory's onnx/ folder (no {directory / 'config.json'})")
-    import hf_import  # the directory's metadata, read as an import reads it
+    from interop import hf_import  # the directory's metadata, read as an import reads it
     state, _ = hf_import.read_model(directory, shapes_only=True)
     if state["task"] not in kinds:
         raise UserError(f"{path}: a {state['task']} model; expected {' or '.join(kinds)}")

@@ -13,6 +13,7 @@ from hardware import to_device
 from lm_data import DATA_KEYS, CorpusTask, LanguageModelData
 from masking import MaskingRule, mask_tokens, predictions_per_sequence
 from model import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining, ModelConfig, token_hits
+from run_plan import Progress, mask_rate
 
 PAIR_LABEL_NAMES = {"nsp": ("next", "random"), "sop": ("in order", "swapped")}
 # The Config fields that decide how tokens are masked: a resumed run keeps them.
@@ -20,36 +21,52 @@ MASKING_KEYS = ("masking", *(field.name for field in dataclasses.fields(MaskingR
 
 
 class Masker:
-    """Masks device batches by the config's MaskingRule, a training batch at its step's mask rate
-    (mask-rate's schedule), evaluation batches at the schedule's end, so that validations compare; a
-    batch with stored masks (masking = static) passes."""
+    """Masks device batches by the config's MaskingRule: a training batch at its step's mask rate
+    (mask-rate's schedule over the run's course), with this rank's own generator, which the run's
+    checkpoints keep (random_generator); evaluation batches at the schedule's end with a fixed seed, so
+    that validations compare. A batch with stored masks (masking = static) passes."""
 
-    def __init__(self, config, vocab, device: torch.device):
+    def __init__(self, config, vocab, device: torch.device, rank: int = 0):
+        self.config = config
         self.rule = MaskingRule.from_config(config)  # at the schedule's highest rate, which sizes the slots
         self.evaluation_rate = config.mask_rate.end
+        self.step_rate = self.rule.mask_rate  # of the last training batch masked here
+        self.generator = torch.Generator(device=device).manual_seed(config.seed + 1000 + rank)
         self.vocab = vocab
         self.special_ids = torch.tensor(vocab.special_ids, device=device)
         self.is_continuation = torch.from_numpy(vocab.is_continuation).to(device)
 
-    def mask(self, input_ids: torch.Tensor, generator: torch.Generator | None, mask_rate: float | None = None) -> dict:
-        rule = self.rule if mask_rate is None else dataclasses.replace(self.rule, mask_rate=mask_rate)
-        slots = predictions_per_sequence(input_ids.shape[1], self.rule.mask_rate)
-        inputs, positions, labels = mask_tokens(input_ids, self.special_ids, self.vocab.mask_id, self.vocab.size,
-                                                rule, generator, self.is_continuation, slots)
-        return {"input_ids": inputs, "positions": positions, "labels": labels}
-
-    def masked(self, batch: dict, generator: torch.Generator | None, mask_rate: float | None = None) -> dict:
-        """The batch with its masks, the unmasked ids kept as original_ids when masked here."""
+    def with_masks(self, batch: dict, generator: torch.Generator, rate: float) -> dict:
+        """The batch with masks drawn at `rate`, the unmasked ids kept as original_ids; a batch with
+        stored masks (masking = static) as it is."""
         if "positions" in batch:
             return batch
-        return {**batch, "original_ids": batch["input_ids"], **self.mask(batch["input_ids"], generator, mask_rate)}
+        input_ids = batch["input_ids"]
+        slots = predictions_per_sequence(input_ids.shape[1], self.rule.mask_rate)
+        inputs, positions, labels = mask_tokens(input_ids, self.special_ids, self.vocab.mask_id, self.vocab.size,
+                                                dataclasses.replace(self.rule, mask_rate=rate), generator,
+                                                self.is_continuation, slots)
+        return {**batch, "original_ids": input_ids, "input_ids": inputs, "positions": positions, "labels": labels}
+
+    def masked(self, batch: dict, progress: Progress | None) -> dict:
+        """A training batch (progress: its step's place in the run) masked at the step's rate; an
+        evaluation batch (masked by eval_batches) as it is."""
+        if "positions" in batch:
+            return batch
+        if progress is not None:
+            self.step_rate = mask_rate(progress.step, progress.budget_share, self.config)
+        return self.with_masks(batch, self.generator, self.step_rate)
+
+    def progress_metrics(self) -> dict[str, float]:
+        """The last training step's mask rate, where mask-rate falls along the run."""
+        return {"mask_rate": self.step_rate} if self.config.mask_rate.falls else {}
 
     def eval_batches(self, data: LanguageModelData, split: str, count: int | None, seed: int, device):
         """Fixed batches, masked the same way at every evaluation, so scores compare."""
         generator = torch.Generator(device=device)
         generator.manual_seed(seed)
         for batch in data.fixed_batches(split, count):
-            yield self.masked(to_device(batch, device, non_blocking=False), generator, self.evaluation_rate)
+            yield self.with_masks(to_device(batch, device, non_blocking=False), generator, self.evaluation_rate)
 
 
 def token_statistics(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -72,7 +89,8 @@ class MaskedLMTask(CorpusTask):
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         self.objective = config.sentence_objective
-        self.masker = Masker(config, vocab, device)
+        self.masker = Masker(config, vocab, device, rank)
+        self.random_generator = self.masker.generator
         super().__init__(config, vocab, device, LanguageModelData(
             config, vocab, rank, world_size, static_rule=self.masker.rule if config.masking == "static" else None,
             pairs=None if self.objective == "none" else self.objective))
@@ -93,16 +111,19 @@ class MaskedLMTask(CorpusTask):
     def eval_batches(self, split: str, count: int | None):
         return self.masker.eval_batches(self.data, split, count, self.config.seed, self.device)
 
-    def loss(self, model, batch: dict, generator: torch.Generator | None = None, mask_rate: float | None = None):
+    def loss(self, model, batch: dict, progress: Progress | None = None):
         """Mean loss over masked positions (plus the sentence loss), and [count, hits] for accuracy
         (then [pairs, pair hits]); no host sync."""
-        batch = self.masker.masked(batch, generator, mask_rate)
+        batch = self.masker.masked(batch, progress)
         if self.objective != "none":
             return self.pair_loss(model, batch)
         logits, loss = model(batch["input_ids"], batch["positions"], batch["labels"],
                              attention_mask=batch["attention_mask"], segment_ids=batch.get("segment_ids"),
                              document_ids=batch.get("document_ids"))
         return loss, token_statistics(logits, batch["labels"])
+
+    def progress_metrics(self) -> dict[str, float]:
+        return self.masker.progress_metrics()
 
     def pair_loss(self, model, batch: dict):
         logits, sentence_logits, loss = model(

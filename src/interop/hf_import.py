@@ -11,13 +11,12 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 import checkpoints
-import glue_tasks
-from architecture import NETWORK_FIELDS, USER_CLASS_TASKS, kind_of
+from architecture import NETWORK_FIELDS, USER_CLASS_TASKS, kind_of, label_names as label_names_of
 from atomic import check_output_file
 from config import CLASSIFICATION_TASKS, RULES, Config
 from errors import UserError
 from hardware import check_fits_memory
-from hf_weights import from_hf
+from interop.hf_weights import from_hf
 import model as our_models
 from model import BertForPreTraining, ModelConfig, estimated_parameters
 from vocab import Vocab, load_tokenizer_json, load_vocab, read_json_object, read_small_text
@@ -188,7 +187,7 @@ def output_names(config: dict, task: str) -> tuple[str, ...]:
     if task == "ner":
         return label_names(config)
     names = label_names(config) if task in USER_CLASS_TASKS else ()
-    return () if names == glue_tasks.label_names(task, len(names)) else names
+    return () if names == label_names_of(task, len(names)) else names
 
 
 def check_size(path: Path, config: dict, architecture: ModelConfig, memory_limit: float | None):

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from errors import UserError
-from glue_tasks import GlueTask, glue_task, is_test_split, task_split
+from tasks.glue_tasks import GlueTask, glue_task, is_test_split, task_split
 
 HIDDEN_LABEL = -1  # what test splits hold where the label is kept back (HF parquet, and ours in memory)
 HIDDEN_SCORE = float("nan")  # STS-B's hidden label in memory: -1 would pass for a (bad) score

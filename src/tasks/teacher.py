@@ -7,11 +7,11 @@ import torch
 from torch import nn
 
 import checkpoints
-import hf_import
+from interop import hf_import
 from errors import UserError
-from input_files import find_inputs, read_documents
+from corpus.input_files import find_inputs, read_documents
 from model import ModelConfig
-from tokenizing import split_sentences
+from corpus.tokenizing import split_sentences
 
 
 def read_teacher(path: Path, vocab, seq_len: int) -> tuple[dict, ModelConfig]:

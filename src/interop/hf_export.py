@@ -14,15 +14,14 @@ from pathlib import Path
 import torch
 
 import checkpoints
-from architecture import NETWORK_FIELDS, TASK_KINDS, kind_of
+from architecture import NETWORK_FIELDS, TASK_KINDS, kind_of, label_names
 from config import CLASSIFICATION_TASKS, FINE_TUNING_TASKS
 from errors import UserError
-from glue_tasks import label_names
-from hf_weights import to_hf
+from interop.hf_weights import to_hf
 from model import INIT_STD
 from vocab import SPECIAL_TOKEN_NAMES, Vocab, tokenizer_config
 
-SOURCE = Path(__file__).resolve().parent
+SOURCE = Path(__file__).resolve().parent.parent  # src/, the core whose model files an export copies
 TEMPLATES = SOURCE.parent / "etc" / "hf"
 ADAPTERS = ("configuration_bert_variant.py", "modeling_bert_variant.py")
 # The program's model code, copied as it is: model.py imports torch and its siblings architecture.py

@@ -10,15 +10,15 @@ are part of it: a checkpoint's are matched to the data's tags by name, never by 
 import numpy as np
 import torch
 
-import token_data
+from tasks import token_data
 from batching import gather_padded, pad_multiple, padded_width
 from config import model_config
 from distributed import every_rank
-from entity_metrics import entity_scores
-from fine_tuning import EncodedSplit, FineTuningTask, inference_rows
+from tasks.entity_metrics import entity_scores
+from tasks.fine_tuning import EncodedSplit, FineTuningTask, inference_rows
 from hardware import to_device
 from model import IGNORE_INDEX, BertForTokenClassification, ModelConfig
-from token_data import EncodedWindows, TaggedSentences
+from tasks.token_data import EncodedWindows, TaggedSentences
 
 
 class TaggedSplit(EncodedSplit):
@@ -97,7 +97,7 @@ class TokenClassificationTask(FineTuningTask):
     def outputs(self, model, batch: dict):
         return model(batch["input_ids"], batch.get("labels"), attention_mask=batch["attention_mask"])
 
-    def loss(self, model, batch: dict, generator=None, mask_rate=None):
+    def loss(self, model, batch: dict, progress=None):
         """Mean loss over the labelled pieces, and [labelled pieces, right ones]; no host sync."""
         logits, loss = self.outputs(model, batch)
         labelled = batch["labels"] != IGNORE_INDEX

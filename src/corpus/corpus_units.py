@@ -16,10 +16,10 @@ import numpy as np
 from tqdm import tqdm
 
 from errors import UserError
-from input_files import content_hashes
+from corpus.input_files import content_hashes
 from packed_files import is_whole, read_header
-from preparation import SPLITS, SplitWriter, masking_rule
-from tokenizing import document_ids
+from corpus.preparation import SPLITS, SplitWriter, masking_rule
+from corpus.tokenizing import document_ids
 
 ESTIMATE_CHARS = 1 << 20  # the text whose tokens per character sizes the units
 try:

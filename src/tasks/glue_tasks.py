@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from architecture import GLUE_LABELS
 from atomic import atomic_write
 from errors import UserError
 
@@ -69,8 +70,6 @@ def _task(name, tsv_folder, text_columns, tsv_text_columns, tsv_label_column, la
                     headline_metric, server_wants_names=server_wants_names, **options)
 
 
-ENTAILMENT = ("entailment", "not_entailment")
-NLI = ("entailment", "neutral", "contradiction")
 MNLI_SPLITS = {"train": "train.tsv", "validation_matched": "dev_matched.tsv",
                "validation_mismatched": "dev_mismatched.tsv", "test_matched": "test_matched.tsv",
                "test_mismatched": "test_mismatched.tsv"}
@@ -79,30 +78,31 @@ PAIR = ("sentence1", "sentence2")
 # name, TSV folder, parquet text columns, TSV text columns, TSV label column, label names, metrics,
 # headline metric, whether the server wants label names; then what differs from the usual
 TASKS = {task.name: task for task in (
-    _task("cola", "CoLA", ("sentence",), ("sentence",), "label", ("unacceptable", "acceptable"),
+    _task("cola", "CoLA", ("sentence",), ("sentence",), "label", GLUE_LABELS["cola"],
           ("matthews",), "matthews", False, submission_file="CoLA.tsv",
           tsv_headerless={"label": 1, "sentence": 3}),  # source, label, original mark, sentence
-    _task("sst2", "SST-2", ("sentence",), ("sentence",), "label", ("negative", "positive"),
+    _task("sst2", "SST-2", ("sentence",), ("sentence",), "label", GLUE_LABELS["sst2"],
           ("accuracy",), "accuracy", False, submission_file="SST-2.tsv"),
-    _task("mrpc", "MRPC", PAIR, ("#1 String", "#2 String"), "Quality", ("not_equivalent", "equivalent"),
+    _task("mrpc", "MRPC", PAIR, ("#1 String", "#2 String"), "Quality", GLUE_LABELS["mrpc"],
           ("f1", "accuracy"), "f1", False, submission_file="MRPC.tsv"),
     _task("qqp", "QQP", ("question1", "question2"), ("question1", "question2"), "is_duplicate",
-          ("not_duplicate", "duplicate"), ("f1", "accuracy"), "f1", False, submission_file="QQP.tsv",
+          GLUE_LABELS["qqp"], ("f1", "accuracy"), "f1", False, submission_file="QQP.tsv",
           tsv_index_column="id", allows_empty_text=True, skips_broken_tsv_rows=True),
-    _task("stsb", "STS-B", PAIR, PAIR, "score", (), ("pearson", "spearman"), "spearman", False,
+    _task("stsb", "STS-B", PAIR, PAIR, "score", GLUE_LABELS["stsb"], ("pearson", "spearman"), "spearman", False,
           submission_file="STS-B.tsv"),
-    _task("mnli", "MNLI", ("premise", "hypothesis"), PAIR, "gold_label", NLI, ("accuracy",), "accuracy", True,
+    _task("mnli", "MNLI", ("premise", "hypothesis"), PAIR, "gold_label", GLUE_LABELS["mnli"], ("accuracy",),
+          "accuracy", True,
           tsv_files=MNLI_SPLITS,
           dev_results={"validation_matched": "mnli_matched", "validation_mismatched": "mnli_mismatched"},
           submission_files={"test_matched": "MNLI-m.tsv", "test_mismatched": "MNLI-mm.tsv"}),
-    _task("qnli", "QNLI", ("question", "sentence"), ("question", "sentence"), "label", ENTAILMENT,
+    _task("qnli", "QNLI", ("question", "sentence"), ("question", "sentence"), "label", GLUE_LABELS["qnli"],
           ("accuracy",), "accuracy", True, submission_file="QNLI.tsv"),
-    _task("rte", "RTE", PAIR, PAIR, "label", ENTAILMENT, ("accuracy",), "accuracy", True,
+    _task("rte", "RTE", PAIR, PAIR, "label", GLUE_LABELS["rte"], ("accuracy",), "accuracy", True,
           submission_file="RTE.tsv"),
-    _task("wnli", "WNLI", PAIR, PAIR, "label", ENTAILMENT[::-1], ("accuracy",), "accuracy", False,
-          submission_file="WNLI.tsv"),  # WNLI's 1 is entailment, the reverse of QNLI and RTE
+    _task("wnli", "WNLI", PAIR, PAIR, "label", GLUE_LABELS["wnli"], ("accuracy",), "accuracy", False,
+          submission_file="WNLI.tsv"),
     # The diagnostic set: test only, predicted by an MNLI model, scored by the server alone.
-    _task("ax", "diagnostic", ("premise", "hypothesis"), PAIR, None, NLI, (), None, True,
+    _task("ax", "diagnostic", ("premise", "hypothesis"), PAIR, None, GLUE_LABELS["mnli"], (), None, True,
           tsv_files={"test": "diagnostic.tsv"}, dev_results={}, submission_files={"test": "AX.tsv"}),
 )}
 
@@ -156,14 +156,3 @@ def write_submission(directory: Path, task: GlueTask, split: str, predictions: n
     text = "\n".join(submission_lines(task, predictions, index)) + "\n"
     atomic_write(path, lambda temp: temp.write_text(text, encoding="utf-8"))
     return path
-
-
-def label_names(task: str, num_labels: int, own: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """What class i of a task's classifier means: the model's own names where it has them (classes
-    named by the user's data, NER's tags), else GLUE's label names, STS-B's one "similarity" score,
-    or the class numbers of `classify` and `classify_pair` (their one "score" with num-labels = 1)."""
-    if own:
-        return tuple(own)
-    if task in TASKS:
-        return TASKS[task].label_names or ("similarity",)
-    return ("score",) if num_labels == 1 else tuple(str(label) for label in range(num_labels))

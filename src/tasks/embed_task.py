@@ -20,19 +20,19 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-import embed_data
+from tasks import embed_data
 from batching import gather_padded, kept_rows, pad_multiple, padded_width
 from config import model_config
 from distributed import every_rank
-from embed_data import Pairs, Retrieval
+from tasks.embed_data import Pairs, Retrieval
 from errors import UserError
-from fine_tuning import EncodedSplit, FineTuningTask, inference_rows, pooled_share
-from glue_data import SIMILARITY_RANGE, Examples
-from glue_metrics import pearson, spearman
+from tasks.fine_tuning import EncodedSplit, FineTuningTask, inference_rows, pooled_share
+from tasks.glue_data import SIMILARITY_RANGE, Examples
+from tasks.glue_metrics import pearson, spearman
 from hardware import to_device
 from model import BertForEmbedding, ModelConfig
-from pair_encoding import EncodedExamples, encode_examples
-from retrieval_metrics import best_documents, retrieval_scores
+from tasks.pair_encoding import EncodedExamples, encode_examples
+from tasks.retrieval_metrics import best_documents, retrieval_scores
 
 
 class TrainingTexts(EncodedSplit):
@@ -87,7 +87,7 @@ class EmbeddingTask(FineTuningTask):
         self.best_metric = "spearman" if self.split("val").similarity is not None else "ndcg@10"
         self.teacher = None
         if config.teacher:
-            from teacher import load_teacher  # a run without a teacher reads no other model
+            from tasks.teacher import load_teacher  # a run without a teacher reads no other model
             self.teacher = load_teacher(Path(config.teacher), vocab, config.seq_len, device, BertForEmbedding)
 
     def read_part(self, split: str, name: str) -> TrainingPairs | EvaluationSplit:
@@ -96,7 +96,7 @@ class EmbeddingTask(FineTuningTask):
             if self.config.teacher:
                 texts = [text for column in pairs.columns for text in column]
                 if self.config.transfer_data:
-                    from teacher import transfer_sentences
+                    from tasks.teacher import transfer_sentences
                     texts += transfer_sentences(self.config.transfer_data)
                 return TrainingTexts(self.encode(texts))
             return TrainingPairs(pairs, [self.encode(texts) for texts in pairs.columns])
@@ -136,7 +136,7 @@ class EmbeddingTask(FineTuningTask):
     def build_model(self, max_len: int | None = None) -> BertForEmbedding:
         return BertForEmbedding(self.model_config(max_len))
 
-    def loss(self, model, batch: dict, generator=None, mask_rate=None):
+    def loss(self, model, batch: dict, progress=None):
         """Mean InfoNCE loss of the anchors, and [anchors, anchors whose positive scores best]; with a
         teacher, similarity_loss."""
         embeddings = model(batch["input_ids"], batch["attention_mask"])

@@ -5,7 +5,7 @@ import torch
 
 from config import model_config
 from lm_data import DATA_KEYS, CorpusTask, LanguageModelData
-from mlm_task import token_statistics
+from tasks.mlm_task import token_statistics
 from model import IGNORE_INDEX, BertForCausalLM, ModelConfig
 
 
@@ -28,7 +28,7 @@ class CausalLMTask(CorpusTask):
         following = torch.cat([input_ids[:, 1:], torch.full_like(input_ids[:, :1], self.vocab.pad_id)], dim=1)
         return following.masked_fill(following == self.vocab.pad_id, IGNORE_INDEX)
 
-    def loss(self, model, batch: dict, generator: torch.Generator | None = None, mask_rate: float | None = None):
+    def loss(self, model, batch: dict, progress=None):
         labels = self.next_tokens(batch["input_ids"])
         logits, loss = model(batch["input_ids"], labels, attention_mask=batch["attention_mask"],
                              document_ids=batch.get("document_ids"))

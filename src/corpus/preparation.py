@@ -19,7 +19,7 @@ from atomic import remove_stale_temps
 from config import DEFAULTS, RULES, validate
 from cores import available_cores
 from errors import UserError
-from input_files import DEFAULT_CHUNK_MB
+from corpus.input_files import DEFAULT_CHUNK_MB
 from shards import MaskedSample, ShardWriter
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class StaticMasker:
     def __call__(self, samples: list[np.ndarray], block_index: int) -> list[MaskedSample]:
         import torch
         from masking import mask_tokens
-        from model import IGNORE_INDEX
+        from architecture import IGNORE_INDEX
         lengths = np.array([len(sample) for sample in samples])
         # Pad to the block's longest sample with [PAD], which mask_tokens never picks.
         padded = np.full((len(samples), lengths.max()), self.vocab.pad_id, dtype=np.int64)

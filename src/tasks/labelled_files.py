@@ -15,7 +15,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 from errors import UserError
-from glue_data import HIDDEN_LABEL, HIDDEN_SCORE, Column, Examples, as_integer, as_number, checked_texts
+from tasks.glue_data import HIDDEN_LABEL, HIDDEN_SCORE, Column, Examples, as_integer, as_number, checked_texts
 
 LABELLED_FORMATS = (".csv", ".tsv", ".jsonl", ".parquet")
 # Where text-column (text-pair-column) is empty, the first of these names a file has: one text, or a pair's two.

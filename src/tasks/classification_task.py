@@ -17,16 +17,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-import glue_data
-import glue_metrics
-import glue_tasks
-import pair_encoding
+from tasks import glue_data
+from tasks import glue_metrics
+from tasks import glue_tasks
+from tasks import pair_encoding
 from batching import padded_width
-from architecture import USER_CLASS_TASKS
+from architecture import USER_CLASS_TASKS, label_names
 from config import model_config
 from distributed import every_rank
 from errors import UserError
-from fine_tuning import EncodedSplit, FineTuningTask, pooled_share
+from tasks.fine_tuning import EncodedSplit, FineTuningTask, pooled_share
 from model import BertForSequenceClassification, ModelConfig
 
 
@@ -37,7 +37,7 @@ def glue_task_of(config, names: tuple[str, ...] = ()) -> glue_tasks.GlueTask:
     prediction's name."""
     if config.task_type not in USER_CLASS_TASKS:
         return glue_tasks.TASKS[config.task_type]
-    names = names or config.given_labels or glue_tasks.label_names(config.task_type, config.num_labels)
+    names = names or config.given_labels or label_names(config.task_type, config.num_labels)
     if config.task_type == "classify":
         task = dataclasses.replace(glue_tasks.TASKS["sst2"], name="classify", label_names=names)
     else:
@@ -91,7 +91,7 @@ def with_unlabelled(examples: glue_data.Examples, texts: list[str]) -> glue_data
 def load_classifier_teacher(path: Path, vocab, seq_len: int, num_labels: int,
                             device: torch.device) -> BertForSequenceClassification:
     """teacher = PATH as a classifier of the run's classes, frozen (teacher.py) on the device."""
-    from teacher import frozen, read_teacher  # a run without a teacher reads no other model
+    from tasks.teacher import frozen, read_teacher  # a run without a teacher reads no other model
     state, config = read_teacher(path, vocab, seq_len)
     if "classifier.weight" not in state["model"] or config.num_labels != num_labels:
         raise UserError(f"teacher = {path}: not a classifier of this task's {num_labels} "
@@ -233,7 +233,7 @@ class ClassificationTask(FineTuningTask):
         the classes unless they have names already (labels, a checkpoint)."""
         if not self.config.train_file:
             return glue_data.read_split(self.config.glue_path, self.glue_task, name)
-        import labelled_files  # a run on GLUE's layouts reads none of the user's files
+        from tasks import labelled_files  # a run on GLUE's layouts reads none of the user's files
         rows = labelled_files.read_labelled_rows(labelled_files.labelled_file(self.config, name),
                                                  labelled_files.text_columns(self.config), self.config.label_column,
                                                  needs_labels=split != "test")
@@ -254,7 +254,7 @@ class ClassificationTask(FineTuningTask):
             raise UserError(f"{examples.files[0]}: the training split's labels are hidden")
         examples = self.kept(examples, split, "examples")
         if split == "train" and self.config.transfer_data:
-            from teacher import transfer_sentences
+            from tasks.teacher import transfer_sentences
             examples = with_unlabelled(examples, transfer_sentences(self.config.transfer_data))
         encoded = pair_encoding.encode_examples(self.vocab, examples.first, examples.second, self.config.seq_len)
         return Part(name, examples, encoded)
@@ -271,7 +271,7 @@ class ClassificationTask(FineTuningTask):
         return model(batch["input_ids"], batch.get("labels"), attention_mask=batch["attention_mask"],
                      segment_ids=batch["segment_ids"])
 
-    def loss(self, model, batch: dict, generator=None, mask_rate=None):
+    def loss(self, model, batch: dict, progress=None):
         """Mean loss and summed statistics of the labelled examples: [count, confusion matrix...] for a
         classifier, [count, multi_label_sums...] multi-label, [count, regression_sums...] for a regressor;
         no host sync. With a teacher, the mean

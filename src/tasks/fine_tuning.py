@@ -13,7 +13,7 @@ from tqdm import tqdm
 from batching import BatchOrder, LengthGroupedBatchOrder, kept_rows, pad_multiple
 from errors import UserError
 from hardware import to_device
-from task import files_record, transfer_files
+from task import files_record
 
 PROGRESS_BATCHES = 20  # an inference of at least this many batches shows a progress bar (on a terminal)
 # Each split's name in the data's files; GLUE names its own (MNLI's validation has two: ClassificationTask).
@@ -52,6 +52,7 @@ class FineTuningTask:
     predictions_per_token = 0.0  # no MLM head
     last_layer_share = 1.0  # every token's state is read (NER, SQuAD); one a row with [CLS] pooling
     data_source = None  # a GLUE layout is named by its task; your own files set their record (task.files_record)
+    random_generator = None  # no draws of its own: dropout and the batch order follow the run's seed
 
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         self.name = config.task_type
@@ -86,6 +87,9 @@ class FineTuningTask:
         text). glue-dir's layouts are not among them: a resumed run may read the same data in another
         layout."""
         return {"transfer-data": transfer_files(self.config.transfer_data)} if self.config.transfer_data else {}
+
+    def progress_metrics(self) -> dict[str, float]:
+        return {}
 
     @property
     def pad_multiple(self) -> int:
@@ -145,3 +149,10 @@ def pooled_share(config) -> float:
     """The share of the tokens a pooled model's last layer computes (model.pooled_rows): one a row with
     [CLS] pooling, counted against seq-len (batches as wide as that), else every one."""
     return 1 / config.seq_len if config.pooling == "cls" else 1.0
+
+
+def transfer_files(pattern: str) -> tuple[Path, ...]:
+    """The files transfer-data names (a file, directory or pattern), as teacher.transfer_sentences reads them;
+    standard input has no file to record."""
+    from corpus.input_files import find_inputs  # read only by a run with transfer-data, as teacher.py reads it
+    return tuple(each.path for each in find_inputs([pattern]) if each.path is not None)

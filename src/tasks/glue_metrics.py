@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from glue_tasks import TASKS, GlueTask
+from tasks.glue_tasks import TASKS, GlueTask
 
 
 def accuracy(labels: np.ndarray, predictions: np.ndarray) -> float:

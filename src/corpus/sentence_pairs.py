@@ -18,7 +18,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from config import SENTENCE_OBJECTIVES
-from preparation import DEFAULT_SHARES, SPLITS, assign_splits
+from corpus.preparation import DEFAULT_SHARES, SPLITS, assign_splits
 
 OBJECTIVES = SENTENCE_OBJECTIVES[1:]  # nsp, sop: "none" makes no pairs
 IS_NEXT, RANDOM_NEXT = 0, 1  # NSP labels, as transformers' next_sentence_label

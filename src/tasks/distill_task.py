@@ -16,9 +16,10 @@ from torch import nn
 from config import model_config
 from errors import UserError
 from lm_data import DATA_KEYS, CorpusTask, LanguageModelData
-from mlm_task import MASKING_KEYS, Masker, masked_share
+from tasks.mlm_task import MASKING_KEYS, Masker, masked_share
 from model import IGNORE_INDEX, Encoder, MaskedLMHead, ModelConfig, at_positions, init_weights, token_hits
-from teacher import frozen, read_teacher
+from run_plan import Progress
+from tasks.teacher import frozen, read_teacher
 
 RELATIONS = ("query", "key", "value")  # SelfAttention.projections' order
 # The Config fields that decide what the loss measures: a resumed run keeps them.
@@ -114,7 +115,8 @@ class DistillationTask(CorpusTask):
         # no masking rule in the data: the unmasked ids, masked here where the predictions are taught
         super().__init__(config, vocab, device, LanguageModelData(config, vocab, rank, world_size))
         self.teaches_predictions = config.logit_weight > 0
-        self.masker = Masker(config, vocab, device) if self.teaches_predictions else None
+        self.masker = Masker(config, vocab, device, rank) if self.teaches_predictions else None
+        self.random_generator = self.masker.generator if self.masker else None
         self.measuring_keys = (*DATA_KEYS, *TEACHER_KEYS, *(MASKING_KEYS if self.teaches_predictions else ()))
         # the student's MLM head scores the masked slots; without one the loss reads the last layer's projections
         self.predictions_per_token = masked_share(config) if self.teaches_predictions else 0.0
@@ -145,12 +147,15 @@ class DistillationTask(CorpusTask):
             return super().eval_batches(split, count)
         return self.masker.eval_batches(self.data, split, count, self.config.seed, self.device)
 
-    def loss(self, model, batch: dict, generator: torch.Generator | None = None, mask_rate: float | None = None):
+    def progress_metrics(self) -> dict[str, float]:
+        return self.masker.progress_metrics() if self.masker else {}
+
+    def loss(self, model, batch: dict, progress: Progress | None = None):
         """The q-q, k-k and v-v KLs summed (plus logit-weight x the predictions' KL), and [real query
         positions, each KL times them] (then [masked slots, the predictions' KL times them, the
         student's right predictions]); no host sync."""
         if self.teaches_predictions:
-            batch = self.masker.masked(batch, generator, mask_rate)
+            batch = self.masker.masked(batch, progress)
         input_ids, mask, documents = batch["input_ids"], batch["attention_mask"], batch.get("document_ids")
         positions = batch["positions"] if self.teaches_predictions else None
         real = torch.ones_like(input_ids, dtype=torch.bool) if mask is None else mask
