@@ -59,6 +59,26 @@ def rotten_tomatoes() -> list[tuple[str, int]]:
     return [(row["text"], int(row["label"])) for row in rows]
 
 
+@pytest.fixture(scope="module")
+def long_reviews(imdb_reviews, vocab) -> list[str]:
+    """Reviews of 150 to 600 pieces: several windows each at seq-len 64 (SQuAD's contexts)."""
+    return [review for review, ids in zip(imdb_reviews[:200], vocab.encode(imdb_reviews[:200]))
+            if 150 <= len(ids) <= 600][:9]
+
+
+MOODS = ("negative", "positive", "mixed")  # not in sorted order: the model's order is the names sorted
+
+
+@pytest.fixture(scope="module")
+def examples(rotten_tomatoes) -> list[tuple[str, str]]:
+    """200 real sentences, each with a mood by name (MOODS): both polarities, and every fifth one `mixed`
+    (the user's own files of test_labelled_files.py and test_classify_files.py)."""
+    rows = rotten_tomatoes[::10]  # a hundred of one polarity, then a hundred of the other
+    alternating = [row for pair in zip(rows[:100], rows[100:]) for row in pair]
+    return [(" ".join(text.split()), "mixed" if i % 5 == 0 else MOODS[label])
+            for i, (text, label) in enumerate(alternating)]
+
+
 @pytest.fixture(scope="session")
 def imdb_corpus(imdb_reviews, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("corpus") / "imdb.txt"

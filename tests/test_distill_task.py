@@ -1,8 +1,8 @@
 """Distillation (distill_task.py): MiniLMv2's relation loss against a loop over heads and positions,
-a student of another width, depth and heads learning from a transformers teacher, its checkpoint
-starting a fine-tuning, and a teacher of another vocabulary refused in one line; with logit-weight,
-the predictions' KL against a loop, a teacher's MLM head read as transformers' BertForMaskedLM
-predicts, and a teacher without one refused."""
+a student of another width, depth and heads learning from a transformers teacher, and its checkpoint
+starting a fine-tuning; with logit-weight, the predictions' KL against a loop, a teacher's MLM head
+read as transformers' BertForMaskedLM predicts, and a teacher without one refused. The teacher
+itself (read from a checkpoint or a directory, its vocabulary checked): test_teacher.py."""
 import math
 import shutil
 from pathlib import Path
@@ -20,7 +20,6 @@ from conftest import assert_resumes_exactly_mid_epoch, one_error_line
 from checkpoints import load as load_checkpoint
 from tasks.distill_task import RelationEncoder, prediction_kl, relation_losses, visibility
 from model import ModelConfig
-from tasks.teacher import load_teacher
 from vocab import load_vocab
 
 # Of another width, depth and heads than the student (conftest's MLM_SETTINGS: 64 wide, 2 heads, 2
@@ -104,29 +103,6 @@ def test_the_students_checkpoint_starts_a_fine_tuning(mlm_workdir, rotten_tomato
     assert "newly initialised: pooler.weight, pooler.bias, classifier.weight, classifier.bias" in log
     assert "not used: nothing" in log  # every weight of the student is the encoder's
     assert "step 2 | loss" in log
-
-
-def test_a_teacher_of_another_vocabulary_is_one_line(mlm_workdir, capsys):
-    teacher = save_teacher(mlm_workdir / "vocab" / "vocab.txt", mlm_workdir / "teacher")
-    tokens = (teacher / "vocab.txt").read_text(encoding="utf-8").splitlines()
-    tokens[-2], tokens[-1] = tokens[-1], tokens[-2]  # as many tokens, other ids
-    (teacher / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
-    line = one_error_line(capsys, lambda: main.main([*DISTILL, "--teacher", str(teacher)]))
-    assert "not the vocabulary of teacher" in line and str(teacher) in line
-
-
-def test_a_checkpoint_of_ours_teaches_as_the_directory_it_was_imported_from(vocab_dir, tmp_path):
-    directory = save_teacher(vocab_dir / "vocab.txt", tmp_path / "teacher")
-    hf_import.convert(directory, tmp_path / "teacher.pt")
-    vocab, device = load_vocab(vocab_dir), torch.device("cpu")
-    ids = torch.randint(5, vocab.size, (2, 16))
-    real = torch.ones_like(ids, dtype=torch.bool)
-    real[1, 10:] = False
-    with torch.no_grad():
-        outputs = [load_teacher(path, vocab, 64, device, RelationEncoder)(ids, real, layer=1)
-                   for path in (directory, tmp_path / "teacher.pt")]
-    assert outputs[0].shape == (3, 2, 3, 16, 16)  # q, k, v x batch x the teacher's 3 heads of 16
-    torch.testing.assert_close(outputs[0], outputs[1], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("teacher_class, logit_weight", [(BertModel, 0), (TheirMaskedLM, 1)])

@@ -270,18 +270,3 @@ def process_state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "gone"
-
-
-@pytest.mark.skipif(not Path("/proc").is_dir(), reason="looks the process up in /proc")
-def test_where_there_is_no_parent_death_signal_a_watching_thread_ends_the_rank():
-    watcher = (f"import os, sys; sys.path.insert(0, {str(ROOT / 'src')!r}); import child_processes; "
-               "parent = os.getppid(); print('watching', flush=True); child_processes.watch_parent(parent, 0.05)")
-    starter = (f"import subprocess, sys; watcher = subprocess.Popen([sys.executable, '-c', {watcher!r}], "
-               "stdout=subprocess.PIPE, text=True); watcher.stdout.readline(); print(watcher.pid)")
-    pid = int(subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True, timeout=TIMEOUT).stdout)
-    deadline = time.monotonic() + 10  # its parent has ended
-    while Path(f"/proc/{pid}").exists() and "Z" not in process_state(pid):
-        if time.monotonic() > deadline:
-            subprocess.run(["kill", "-KILL", str(pid)])
-            raise AssertionError("the watcher outlived its parent")
-        time.sleep(0.1)

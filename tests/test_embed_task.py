@@ -1,7 +1,7 @@
-"""Sentence embeddings (task-type = embed): the retrieval scores and the contrastive loss against
-references, the data layouts and their one-line errors, learning, exact resume, two processes,
-scripts/embed.py, and the directories sentence-transformers reads both ways (our export, and
-all-MiniLM-L6-v2 as published)."""
+"""Sentence embeddings (task-type = embed): the contrastive and similarity losses against references,
+learning, exact resume, two processes, scripts/embed.py, and the directories sentence-transformers
+reads both ways (our export, and all-MiniLM-L6-v2 as published). The data layouts and their one-line
+errors: test_embed_data.py; the retrieval scores: test_retrieval_metrics.py."""
 import contextlib
 import json
 import math
@@ -10,7 +10,6 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -23,14 +22,13 @@ import export_hf
 import import_hf
 import main
 import make_embed_demo
-from tasks import retrieval_metrics
 from tasks import teacher
 from conftest import assert_resumes_exactly_mid_epoch, one_error_line, write_mlm_config
 from tasks.embed_task import contrastive_loss, embed_texts, similarity_loss
 from errors import UserError
 from model import BertForEmbedding
-from tasks.retrieval_metrics import best_documents, retrieval_scores
 from test_distributed import run_main
+from test_embed_data import write_jsonl
 from test_vocab import published_uncased_model
 
 EMBED = {"task_type": "embed", "seq_len": 64, "batch_size": 16, "learning_rate": 1e-3, "warmup_iters": 5,
@@ -38,34 +36,7 @@ EMBED = {"task_type": "embed", "seq_len": 64, "batch_size": 16, "learning_rate":
          "test_dataset_pattern": ""}
 
 
-# ----------------------------------------------------------------------------- scores and loss
-
-def test_retrieval_scores_as_pytrec_eval_defines_them():
-    ranked = np.array([[2, 0, 1], [1, 2, 0], [0, 1, 2]])
-    relevant = [{0: 1.0}, {0: 2.0, 2: 1.0}, {2: 1.0}]
-    scores = retrieval_scores(ranked, relevant)
-    assert scores["recall@1"] == pytest.approx((0 + 0 + 0) / 3)
-    assert scores["recall@10"] == pytest.approx(1.0)  # every relevant document within 10
-    assert scores["mrr@10"] == pytest.approx((1 / 2 + 1 / 2 + 1 / 3) / 3)
-    # query 2: gains 0, 1, 2 at ranks 1-3 against the ideal 2, 1
-    second = (1 / math.log2(3) + 2 / math.log2(4)) / (2 + 1 / math.log2(3))
-    assert scores["ndcg@10"] == pytest.approx((1 / math.log2(3) + second + 1 / math.log2(4)) / 3)
-
-
-def test_the_best_documents_come_best_first_ties_in_document_order_in_any_chunking(monkeypatch):
-    rng = np.random.default_rng(0)
-    queries, documents = rng.normal(size=(7, 4)), rng.normal(size=(30, 4))
-    documents[5] = documents[3]  # a tie: document 3 before 5
-    full = best_documents(queries, documents)
-    scores = queries @ documents.T
-    assert (np.diff(np.take_along_axis(scores, full, 1), axis=1) <= 0).all()
-    assert np.array_equal(full[:, 0], scores.argmax(1))
-    tied = np.flatnonzero((full == 3) | (full == 5))
-    assert all(full.flat[a] == 3 for a in tied[::2])
-    monkeypatch.setattr(retrieval_metrics, "SCORES_AT_ONCE", 40)  # one query at a time
-    assert np.array_equal(best_documents(queries, documents), full)
-    assert best_documents(queries, documents[:4]).shape == (7, 4)  # fewer documents than the depth
-
+# ----------------------------------------------------------------------------- the losses
 
 def test_the_contrastive_loss_is_infonce_over_positives_and_hard_negatives():
     torch.manual_seed(0)
@@ -79,8 +50,6 @@ def test_the_contrastive_loss_is_infonce_over_positives_and_hard_negatives():
     assert int(right) == sum(int((anchors[i] @ candidates.T).argmax()) == i for i in range(3))
 
 
-# ----------------------------------------------------------------------------- data
-
 def test_the_similarity_loss_is_the_squared_error_of_every_two_texts_cosines():
     torch.manual_seed(0)
     student, teacher = F.normalize(torch.randn(5, 3), dim=-1), F.normalize(torch.randn(5, 8), dim=-1)
@@ -92,69 +61,6 @@ def test_the_similarity_loss_is_the_squared_error_of_every_two_texts_cosines():
                for vectors in (student, teacher) for i in range(5)]
     assert statistics.tolist() == [5, sum(a == b for a, b in zip(nearest[:5], nearest[5:]))]
     assert float(similarity_loss(teacher, teacher)[0]) < 1e-12
-
-
-def write_jsonl(path: Path, rows: list):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows))
-
-
-def test_pairs_are_read_from_either_layout_with_or_without_negatives(tmp_path):
-    rows = [{"anchor": "a dull film", "positive": "a boring movie", "negative": "a great cast"},
-            {"anchor": "the plot", "positive": "the story", "negative": "the score"}]
-    write_jsonl(tmp_path / "jsonl" / "embed" / "train.jsonl", rows)
-    folder = tmp_path / "parquet"
-    folder.mkdir()
-    pq.write_table(pa.table({name: [row[name] for row in rows] for name in ("anchor", "positive")}),
-                   folder / "train-00000-of-00001.parquet")
-    from_jsonl, from_parquet = embed_data.read_pairs(tmp_path / "jsonl"), embed_data.read_pairs(folder)
-    assert from_jsonl.columns == [["a dull film", "the plot"], ["a boring movie", "the story"],
-                                  ["a great cast", "the score"]]
-    assert from_parquet.columns == from_jsonl.columns[:2] and from_parquet.negatives is None
-
-
-def test_bad_files_are_one_line_naming_file_and_line(tmp_path):
-    path = tmp_path / "train.jsonl"
-    cases = {"line 2: positive missing": [{"anchor": "a", "positive": "b"}, {"anchor": "c"}],
-             "line 1: anchor ' '; expected a non-empty text": [{"anchor": " ", "positive": "b"}],
-             "line 2: not JSON": [{"anchor": "a", "positive": "b"}, "{anchor"],
-             "line 1: a JSON list; expected an object": ["[1, 2]"],
-             "line 2: a negative, unlike the first row": [{"anchor": "a", "positive": "b"},
-                                                          {"anchor": "a", "positive": "b", "negative": "c"}],
-             "line 2: negative missing": [{"anchor": "a", "positive": "b", "negative": "c"},
-                                          {"anchor": "a", "positive": "b"}]}
-    for message, rows in cases.items():
-        write_jsonl(path, rows)
-        with pytest.raises(UserError, match=re.escape(f"{path}: {message}")):
-            embed_data.read_pairs(tmp_path)
-    path.unlink()
-    pq.write_table(pa.table({"anchor": ["a"]}), tmp_path / "train-00000-of-00001.parquet")
-    with pytest.raises(UserError, match="train-00000-of-00001.parquet: missing column positive"):
-        embed_data.read_pairs(tmp_path)
-
-
-def write_retrieval(folder: Path, qrels: str):
-    write_jsonl(folder / "retrieval" / "corpus.jsonl", [{"_id": "d1", "title": "Jaws", "text": "a shark film"},
-                                                        {"_id": 2, "text": "a western"}])
-    write_jsonl(folder / "retrieval" / "queries.jsonl", [{"_id": "q1", "text": "sharks"}, {"_id": "q2", "text": "x"}])
-    (folder / "retrieval" / "qrels").mkdir(parents=True, exist_ok=True)
-    (folder / "retrieval" / "qrels" / "dev.tsv").write_text(qrels)
-
-
-def test_retrieval_is_read_in_beirs_layout_and_its_errors_name_file_and_line(tmp_path):
-    write_retrieval(tmp_path, "query-id\tcorpus-id\tscore\nq1\td1\t2\nq1\t2\t0\nq2\t2\t0\n")
-    retrieval = embed_data.read_retrieval(tmp_path, "validation")
-    assert retrieval.queries == ["sharks"] and retrieval.relevant == [{0: 2.0}]  # q2 has nothing relevant
-    assert retrieval.documents == ["Jaws a shark film", "a western"]  # the title before the text
-    qrels = tmp_path / "retrieval" / "qrels" / "dev.tsv"
-    for text, message in (("q\tc\ts\n", "expected the header query-id, corpus-id, score"),
-                          ("query-id\tcorpus-id\tscore\nq1\td1\thigh\n", "line 2: expected query-id, corpus-id and a "
-                                                                         "numeric score"),
-                          ("query-id\tcorpus-id\tscore\nq1\td9\t1\n", "corpus-id d9 is not in"),
-                          ("query-id\tcorpus-id\tscore\nq7\td1\t1\n", "query-id q7 is not in")):
-        qrels.write_text(text)
-        with pytest.raises(UserError, match=re.escape(f"{qrels}: {message}")):
-            embed_data.read_retrieval(tmp_path, "validation")
 
 
 # ----------------------------------------------------------------------------- training

@@ -12,9 +12,12 @@ import torch
 from safetensors import SafetensorError
 from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForPreTraining,
                           AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments, pipeline)
+from transformers import BertForMaskedLM as TheirMaskedLM, BertForSequenceClassification as TheirClassifier
+from transformers import BertTokenizerFast
 from transformers.dynamic_module_utils import get_imports, get_relative_import_files, get_relative_imports
 
 import checkpoints
+from checkpoints import restore_model
 from conftest import make_mlm_workdir, one_error_line, prepare_mlm_base_dir
 import export_hf
 from tasks import pair_encoding
@@ -277,6 +280,72 @@ def test_the_model_card_says_architecture_training_and_how_to_load(trained, tmp_
     assert "- mlm: 3 steps" in card and "- sst2: 3 steps" in card  # the pre-training behind the fine-tuning
     assert "train_imdb_64_*.msgpack" in card
     assert "AutoModelForSequenceClassification.from_pretrained(DIRECTORY, trust_remote_code=True)" in card
+
+
+# ----------------------------------------------------------------------------------------- BERT's own classes
+
+# Two sentences of other lengths: transformers' tokenizer pads the shorter.
+UNEVEN_SENTENCES = ["The acting is superb, and the score lifts every scene.",
+             "a dull , lifeless script that never finds its footing ."]
+
+
+@pytest.fixture(scope="module")
+def bert_run(mlm_workdir_factory, tmp_path_factory) -> Path:
+    """A base directory with a 10-step MLM run of BERT's architecture (what transformers can hold)."""
+    directory = mlm_workdir_factory(tmp_path_factory.mktemp("bert") / "work", norm="postln", position="learned",
+                                    max_iters=10, lr_decay_iters=10, val_interval=10)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(directory)
+        main.run(main.load_config(None, []), None, False)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def mlm_checkpoint(bert_run):
+    return bert_run / "runs" / "run0" / "checkpoints" / "checkpoint.pt"
+
+
+@pytest.fixture(scope="module")
+def classifier_checkpoint(bert_run, mlm_checkpoint, rotten_tomatoes, tmp_path_factory):
+    base = tmp_path_factory.mktemp("sst2")
+    shutil.copytree(bert_run / "vocab", base / "vocab")
+    make_demo.write_sst2(base / "datasets", rotten_tomatoes, seed=123)
+    shutil.copy(bert_run / "config.ini", base / "config.ini")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(base)
+        config = main.load_config(None, ["--task-type", "sst2", "--max-iters", "5", "--val-interval", "5"])
+        return main.run(config, mlm_checkpoint, False) / "checkpoints" / "checkpoint.pt"
+
+
+def their_inputs(directory):
+    tokenizer = BertTokenizerFast.from_pretrained(directory)
+    return tokenizer(UNEVEN_SENTENCES, padding=True, return_tensors="pt")
+
+
+def test_exported_mlm_loads_in_transformers_with_equal_logits(mlm_checkpoint, tmp_path):
+    export_hf.main(["--cp", str(mlm_checkpoint), "-o", str(tmp_path)])
+    theirs, info = TheirMaskedLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    ours, vocab, _ = restore_model(mlm_checkpoint, {"mlm": BertForMaskedLM})
+    inputs = their_inputs(tmp_path)
+    assert inputs["input_ids"][0].tolist()[:8] == [vocab.cls_id] + vocab.encode(UNEVEN_SENTENCES[:1])[0][:7]
+    real = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        their_logits = theirs.eval()(**inputs).logits
+        our_logits = ours.head(ours.encoder(inputs["input_ids"], real))
+    torch.testing.assert_close(our_logits[real], their_logits[real], rtol=1e-4, atol=1e-4)
+
+
+def test_exported_classifier_gives_equal_logits(classifier_checkpoint, tmp_path):
+    export_hf.export(classifier_checkpoint, tmp_path)
+    theirs, info = TheirClassifier.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    ours, _, _ = restore_model(classifier_checkpoint, {"sst2": BertForSequenceClassification})
+    inputs = their_inputs(tmp_path)
+    with torch.no_grad():
+        their_logits = theirs.eval()(**inputs).logits
+        our_logits, _ = ours(inputs["input_ids"], attention_mask=inputs["attention_mask"].bool())
+    torch.testing.assert_close(our_logits, their_logits, rtol=1e-4, atol=1e-4)
 
 
 # ----------------------------------------------------------------------------------------- back again

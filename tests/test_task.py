@@ -34,19 +34,3 @@ def test_the_loss_is_weighted_by_each_batchs_count_and_the_statistics_summed():
 def test_a_split_without_a_batch_is_one_line():
     with pytest.raises(UserError, match="the evaluation split has no batch: it holds fewer samples than batch-size"):
         evaluate_by_sums(SignTask(), nn.Identity(), iter([]), contextlib.nullcontext())
-
-
-def test_every_task_kind_names_classes_that_exist():
-    """architecture.TASK_KINDS (what a task-type is) and tasks.TASK_CLASSES (the class that trains it)
-    name the same task-types; each line's classes are real, and every export class is one
-    transformers' Auto classes (or the model card's load line) know."""
-    from interop import hf_export
-    import model
-    from architecture import ENCODER_KIND, TASK_KINDS
-    from tasks import TASK_CLASSES, task_class
-    assert list(TASK_CLASSES) == list(TASK_KINDS)
-    for name in TASK_KINDS:
-        assert task_class(name).__module__.startswith("tasks."), name
-    for kind in (*TASK_KINDS.values(), ENCODER_KIND):
-        assert issubclass(getattr(model, kind.model), torch.nn.Module)
-        assert kind.native in hf_export.AUTO_NAMES and kind.variant in hf_export.AUTO_CLASSES

@@ -1,4 +1,7 @@
-"""Hugging Face interop: export to transformers and import from it, compared output by output."""
+"""src/interop/hf_import.py: a transformers or sentence-transformers directory imported as our
+checkpoint (scripts/import_hf.py), compared output by output with transformers and exported back to
+the same weights; training, fine-tuning and teaching from it; a published model's casing; an
+imported classifier's label names; every bad directory one line. The export itself: test_hf_export.py."""
 import json
 import pickle
 import shutil
@@ -8,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import BertConfig, BertForMaskedLM as TheirMaskedLM, BertForSequenceClassification as TheirClassifier
-from transformers import AutoModel, AutoTokenizer, BertForPreTraining as TheirPreTraining, BertModel, BertTokenizerFast
+from transformers import BertConfig, BertForMaskedLM as TheirMaskedLM
+from transformers import AutoModel, AutoTokenizer, BertForPreTraining as TheirPreTraining, BertModel
 
 import export_hf
 from interop import hf_import
@@ -26,68 +29,6 @@ from test_vocab import published_uncased_model
 from vocab import load_vocab, write_tokenizer_config
 
 ROOT = Path(__file__).resolve().parent.parent
-
-SENTENCES = ["The acting is superb, and the score lifts every scene.",
-             "a dull , lifeless script that never finds its footing ."]
-
-
-@pytest.fixture(scope="module")
-def bert_run(mlm_workdir_factory, tmp_path_factory) -> Path:
-    """A base directory with a 10-step MLM run of BERT's architecture (what transformers can hold)."""
-    directory = mlm_workdir_factory(tmp_path_factory.mktemp("bert") / "work", norm="postln", position="learned",
-                                    max_iters=10, lr_decay_iters=10, val_interval=10)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(directory)
-        main.run(main.load_config(None, []), None, False)
-    return directory
-
-
-@pytest.fixture(scope="module")
-def mlm_checkpoint(bert_run):
-    return bert_run / "runs" / "run0" / "checkpoints" / "checkpoint.pt"
-
-
-@pytest.fixture(scope="module")
-def classifier_checkpoint(bert_run, mlm_checkpoint, rotten_tomatoes, tmp_path_factory):
-    base = tmp_path_factory.mktemp("sst2")
-    shutil.copytree(bert_run / "vocab", base / "vocab")
-    make_demo.write_sst2(base / "datasets", rotten_tomatoes, seed=123)
-    shutil.copy(bert_run / "config.ini", base / "config.ini")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(base)
-        config = main.load_config(None, ["--task-type", "sst2", "--max-iters", "5", "--val-interval", "5"])
-        return main.run(config, mlm_checkpoint, False) / "checkpoints" / "checkpoint.pt"
-
-
-def their_inputs(directory):
-    tokenizer = BertTokenizerFast.from_pretrained(directory)
-    return tokenizer(SENTENCES, padding=True, return_tensors="pt")
-
-
-def test_exported_mlm_loads_in_transformers_with_equal_logits(mlm_checkpoint, tmp_path):
-    export_hf.main(["--cp", str(mlm_checkpoint), "-o", str(tmp_path)])
-    theirs, info = TheirMaskedLM.from_pretrained(tmp_path, output_loading_info=True)
-    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
-    ours, vocab, _ = restore_model(mlm_checkpoint, {"mlm": BertForMaskedLM})
-    inputs = their_inputs(tmp_path)
-    assert inputs["input_ids"][0].tolist()[:8] == [vocab.cls_id] + vocab.encode(SENTENCES[:1])[0][:7]
-    real = inputs["attention_mask"].bool()
-    with torch.no_grad():
-        their_logits = theirs.eval()(**inputs).logits
-        our_logits = ours.head(ours.encoder(inputs["input_ids"], real))
-    torch.testing.assert_close(our_logits[real], their_logits[real], rtol=1e-4, atol=1e-4)
-
-
-def test_exported_classifier_gives_equal_logits(classifier_checkpoint, tmp_path):
-    export_hf.export(classifier_checkpoint, tmp_path)
-    theirs, info = TheirClassifier.from_pretrained(tmp_path, output_loading_info=True)
-    assert not info["missing_keys"] and not info["unexpected_keys"]
-    ours, _, _ = restore_model(classifier_checkpoint, {"sst2": BertForSequenceClassification})
-    inputs = their_inputs(tmp_path)
-    with torch.no_grad():
-        their_logits = theirs.eval()(**inputs).logits
-        our_logits, _ = ours(inputs["input_ids"], attention_mask=inputs["attention_mask"].bool())
-    torch.testing.assert_close(our_logits, their_logits, rtol=1e-4, atol=1e-4)
 
 
 def random_bert(model_class, vocab_dir, directory, **save_options):
@@ -331,6 +272,13 @@ def test_a_pickle_that_runs_code_is_refused_in_one_line_without_a_warning(vocab_
     output = capsys.readouterr()
     assert output.err == f"error: {tmp_path / 'hf' / 'pytorch_model.bin'}: not readable (UnpicklingError)\n"
     assert "ran" not in output.out
+
+
+def test_an_imported_classifier_keeps_names_but_not_bare_numbers():
+    assert hf_import.output_names({"id2label": {"0": "neg", "1": "pos"}}, "classify") == ("neg", "pos")
+    assert hf_import.output_names({"id2label": {"1": "1", "0": "0"}}, "classify") == ()
+    assert hf_import.output_names({"id2label": {"0": "0", "1": "1"}}, "ner") == ("0", "1")
+    assert hf_import.output_names({"id2label": {"0": "neg", "1": "pos"}}, "sst2") == ()
 
 
 # ----------------------------------------------------------------------------------------- a published model's casing

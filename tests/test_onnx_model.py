@@ -1,8 +1,8 @@
-"""The inference scripts on an export's ONNX graph (onnx_model.py): classify.py, embed.py, ner.py, fill_mask.py and
-qa.py take the exported directory, or a .onnx file in its onnx/ folder, as they take the checkpoint,
-and give its answers (scores within 1e-4, the same labels, tags and spans); inputs are batched by
-length and come back in their order; a directory without a graph, or a file that is none, or a graph of
-another head or other inputs, is one line."""
+"""src/interop/onnx_model.py: the inference scripts on an export's ONNX graph: classify.py, embed.py,
+ner.py, fill_mask.py and qa.py take the exported directory, or a .onnx file in its onnx/ folder, as
+they take the checkpoint, and give its answers (scores within 1e-4, the same labels, tags and spans);
+inputs are batched by length and come back in their order; a directory without a graph, or a file
+that is none, or a graph of another head or other inputs, is one line."""
 import shutil
 import subprocess
 import sys
