@@ -18,11 +18,12 @@ from torch import nn
 
 from atomic import atomic_write
 from config import FIELD_TYPES, GRAMMAR_KEYS, Config, typed_value
-from errors import UserError
+from errors import UserError, full_path, shown_path
 from architecture import ROPE_THETA, ModelConfig
 from vocab import Vocab
 
 FORMAT = 1
+SHOWN_CHECKPOINTS = 3  # the newest that an error line for a missing checkpoint names
 MODEL_FIELDS = tuple(field.name for field in fields(ModelConfig))
 # ModelConfig fields as users know them: INI keys, or what sets them.
 MODEL_FIELD_NAMES = {"max_len": "position table size", "vocab_size": "vocabulary size", "pad_id": "[PAD] id",
@@ -129,11 +130,12 @@ def checksum(state: dict) -> str:
     return digest.hexdigest()
 
 
-def load(path: Path, mmap: bool = False) -> dict:
+def load(path: Path, mmap: bool = False, runs_dir: Path | None = None) -> dict:
     """A checkpoint of ours, loaded safely: torch.load with weights_only never runs pickled code.
-    mmap: tensors are read from the file only when used (a quick look at the settings)."""
+    mmap: tensors are read from the file only when used (a quick look at the settings).
+    runs_dir: where the run's config keeps runs, for the line that says a checkpoint is missing."""
     if not path.is_file():
-        raise UserError(f"{path}: checkpoint not found")
+        raise UserError(f"{full_path(path)}: checkpoint not found; {checkpoints_nearby(path, runs_dir)}")
     try:
         with warnings.catch_warnings():  # a damaged file can make torch warn too: the error line says it all
             warnings.simplefilter("ignore")
@@ -152,6 +154,25 @@ def load(path: Path, mmap: bool = False) -> dict:
     state = ADDED_KEYS | state  # after the sum: it covers what was saved
     state["model_config"] = ADDED_MODEL_FIELDS | state["model_config"]
     return state
+
+
+def checkpoints_nearby(path: Path, runs_dir: Path | None = None) -> str:
+    """For a checkpoint path that is not there: the newest checkpoints of the runs/ directory it
+    likely meant (one in the path, the config's, one beside it, the working directory's), or
+    where a training run writes one."""
+    full = full_path(path)
+    places = [folder for folder in full.parents if folder.name == "runs"]
+    places += ([full_path(runs_dir)] if runs_dir is not None else []) + [full.parent / "runs", full_path("runs")]
+    runs = next((folder for folder in places if folder.is_dir()), None)
+    if runs is None:
+        written = full_path(runs_dir if runs_dir is not None else "runs") / "runN" / "checkpoints" / "checkpoint.pt"
+        return f"no runs/ directory here yet: a training run writes {written}"
+    found = sorted((file for file in runs.glob("*/checkpoints/*.pt") if file.is_file()),
+                   key=lambda file: file.stat().st_mtime, reverse=True)
+    if not found:
+        return f"{runs} holds no checkpoint yet: a training run writes runN/checkpoints/checkpoint.pt there"
+    more = f" and {len(found) - SHOWN_CHECKPOINTS} more" if len(found) > SHOWN_CHECKPOINTS else ""
+    return f"newest checkpoints in {runs}: {', '.join(map(str, map(shown_path, found[:SHOWN_CHECKPOINTS])))}{more}"
 
 
 def saved_settings(checkpoint: dict) -> dict:

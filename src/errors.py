@@ -5,6 +5,7 @@ import os
 import signal
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 
 # How a Rust library's I/O error (std::io::Error) names a full disk: "No space left on device (os error 28)".
 RUST_NO_SPACE = f"(os error {errno.ENOSPC})"
@@ -12,6 +13,29 @@ RUST_NO_SPACE = f"(os error {errno.ENOSPC})"
 
 class UserError(Exception):
     """A mistake in the user's input (file, key, value), reported in one line."""
+
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+
+
+def full_path(path) -> Path:
+    """The absolute path an error line names, `..` folded but links kept as the user wrote them."""
+    return Path(os.path.abspath(path))
+
+
+def shown_path(path) -> Path:
+    """A path as a command takes it from here: under the working directory relative to it, else full."""
+    full = full_path(path)
+    try:
+        return full.relative_to(Path.cwd())
+    except ValueError:
+        return full
+
+
+def script_command(name: str) -> str:
+    """How to run one of the repository's scripts from the working directory, for an error line's
+    next step: `python scripts/NAME` in the repository, its full path from elsewhere."""
+    return f"python {shown_path(SCRIPTS / name)}"
 
 
 def no_space_left(error: BaseException | None) -> bool:

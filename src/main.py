@@ -29,7 +29,7 @@ from run_plan import with_run_length
 from run_start import decay_branch, resumed_decay
 from tasks import task_class
 from trainer import StopRequest, Trainer
-from vocab import load_vocab
+from vocab import load_run_vocab
 
 
 def parse_args(argv):
@@ -56,7 +56,7 @@ def parse_args(argv):
 
 
 def make_task(config: Config, rank: int = 0, world_size: int = 1):
-    return task_class(config.task_type)(config, load_vocab(config.vocab_path), select_device(config.device), rank,
+    return task_class(config.task_type)(config, load_run_vocab(config), select_device(config.device), rank,
                                         world_size)
 
 
@@ -66,7 +66,7 @@ def run(config: Config, checkpoint: Path | None, test: bool, rank: int = 0, worl
     """Score --cp on the test split, or train (see Trainer.fit) and return the run directory.
     The checkpoint is read once, here; the architecture keys the config leaves out come from it.
     decay: the checkpoint is --decay-from's, and the run decays from it (decay_branch)."""
-    saved = checkpoints.load(checkpoint) if checkpoint is not None else None
+    saved = checkpoints.load(checkpoint, runs_dir=config.runs_dir) if checkpoint is not None else None
     if saved is not None:
         config = checkpoints.with_architecture(config, saved)
     task = make_task(config, rank, world_size)

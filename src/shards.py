@@ -27,11 +27,12 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from errors import UserError
+from errors import UserError, full_path, script_command
 from packed_files import DTYPES, HeaderFirstFile, ShardError, corrupt, dtype_name, guarded, open_stream, unpacker
 
 SHARD_FORMAT = "bert-mlm-shard"
 FORMAT_VERSION = 1
+SHOWN_FILES = 3  # the shard files an error line names, the closest to the pattern first
 PAIRS = ("none", "nsp", "sop")  # a shard's `pairs`: what its sentence pairs are labelled for
 DOCUMENTS = ("joined", "apart")  # a shard's `documents`: whether its samples' documents see each other
 SAMPLES_PER_BLOCK = 4096
@@ -431,12 +432,37 @@ def from_arrays(path, header: dict, lengths: np.ndarray, tokens: np.ndarray, mas
                  mask_positions=(masked - offsets[sample_of_mask]).astype(np.uint16), mask_labels=labels)
 
 
-def find_shards(directory, pattern: str) -> list[Path]:
-    """Shard files in directory matching a glob; `x_*.msgpack` also matches `x_*.msgpack.gz`."""
+def find_shards(directory, pattern: str, making: str | None = None) -> list[Path]:
+    """Shard files in directory matching a glob; `x_*.msgpack` also matches `x_*.msgpack.gz`. None
+    is one line naming the directory's full path, the pattern, the shard files it holds and
+    `making`, the command that makes shards (making_shards, its sequence length and vocabulary
+    left for the reader to fill in by default)."""
     base = glob.escape(str(directory))
     patterns = [pattern] if pattern.endswith(".gz") else [pattern, pattern + ".gz"]
     matches = {Path(match) for each in patterns for match in glob.glob(os.path.join(base, each))}
     files = sorted(match for match in matches if match.is_file())
     if not files:
-        raise UserError(f"{directory}: no shard file matches {pattern}")
+        raise UserError(f"{full_path(directory)}: no shard file matches {pattern} "
+                        f"({shard_files_held(Path(directory), pattern)}); {making or making_shards(directory)}")
     return files
+
+
+def shard_files_held(directory: Path, pattern: str) -> str:
+    """What shard files (*.msgpack, *.msgpack.gz) a directory holds, a few by name."""
+    if not directory.is_dir():
+        return "not a directory" if directory.exists() else "no such directory"
+    names = [path.name for path in directory.iterdir()
+             if path.name.endswith((".msgpack", ".msgpack.gz")) and not path.name.startswith(".") and path.is_file()]
+    if not names:
+        return "shard files there: none"
+    names.sort(key=lambda name: (-len(os.path.commonprefix([name, pattern])), name))
+    more = f" and {len(names) - SHOWN_FILES} more" if len(names) > SHOWN_FILES else ""
+    return f"shard files there: {', '.join(names[:SHOWN_FILES])}{more}"
+
+
+def making_shards(directory, split: str = "train", seq_len: int | str = "SEQ_LEN", vocab="VOCAB_DIR") -> str:
+    """The command that makes a split's shards in directory, and the names it gives them."""
+    vocab = vocab if vocab == "VOCAB_DIR" else full_path(vocab)
+    return (f"make shards: {script_command('prepare_mlm_dataset.py')} -i INPUT -l LABEL -o {full_path(directory)} "
+            f"-m {seq_len} -v {vocab}; the pattern must match the names it writes, "
+            f"{split}_LABEL_{seq_len}_*.msgpack.gz")

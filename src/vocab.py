@@ -16,7 +16,7 @@ from tokenizers import Tokenizer
 from tokenizers.implementations import BertWordPieceTokenizer
 
 from atomic import atomic_write
-from errors import UserError
+from errors import UserError, full_path, script_command
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 SPECIAL_TOKEN_NAMES = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
@@ -24,6 +24,7 @@ SPECIAL_TOKEN_NAMES = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": 
 # Far above any published tokenizer file (bert-base-uncased's tokenizer.json: 0.7 MB), so that a
 # device (/dev/zero) or a huge file is refused instead of read until memory runs out.
 MAX_FILE_BYTES = 64 * 2**20
+DEMO_BASE_DIR = "demo"  # the templates' base-dir for the demo that scripts/make_demo.py builds
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,28 @@ def load_vocab(path) -> Vocab:
         tokens = tokens[:-1]
     check_tokens(file, tokens)
     return Vocab(tokens=tokens, path=file, lowercase=declared_lowercase(file.parent))
+
+
+def load_run_vocab(config) -> Vocab:
+    """The vocabulary a run's config names (vocab, else base-dir/vocab). One that is not there is
+    one line naming the full path looked at and the command that makes it."""
+    file = vocab_file(config.vocab_path)
+    if not file.exists():
+        raise UserError(f"{full_path(file)}: cannot read vocabulary (not found); {making_vocab(config, file)}")
+    return load_vocab(config.vocab_path)
+
+
+def making_vocab(config, file: Path) -> str:
+    """The command that makes the vocabulary `file` a run looks for: the demo's for its base dir,
+    else train_vocab.py's into the directory the file is in (or is)."""
+    base_dir = full_path(config.base_dir)
+    if not config.vocab and base_dir.name == DEMO_BASE_DIR:
+        return f"build the demo: {script_command('make_demo.py')} -o {base_dir}"
+    directory = full_path(file.parent if file.suffix == ".txt" else file)
+    command = f"make one: {script_command('train_vocab.py')} -i YOUR_TEXT -o {directory}"
+    if file.suffix == ".txt" and file.name != "vocab.txt":  # train_vocab.py writes vocab.txt
+        return f"{command}, then set vocab = {directory}"
+    return command
 
 
 def load_tokenizer_json(path: Path) -> Vocab:

@@ -94,6 +94,33 @@ def test_a_checkpoint_without_an_entry_or_a_model_field_is_one_line(tmp_path, da
         checkpoints.load(tmp_path / "c.pt")
 
 
+def test_a_missing_checkpoint_names_its_full_path_and_the_newest_checkpoints_nearby(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    here = Path.cwd()
+    with pytest.raises(UserError) as raised:
+        checkpoints.load(Path("nothing.pt"), runs_dir=Path("wiki") / "runs")
+    written = here / "wiki" / "runs" / "runN" / "checkpoints" / "checkpoint.pt"
+    assert str(raised.value) == (f"{here / 'nothing.pt'}: checkpoint not found; no runs/ directory here yet: a "
+                                 f"training run writes {written}")
+    (here / "runs").mkdir()
+    with pytest.raises(UserError, match=f"^{here / 'nothing.pt'}: checkpoint not found; {here / 'runs'} holds no "
+                                        f"checkpoint yet: a training run writes runN/checkpoints/checkpoint.pt there$"):
+        checkpoints.load(Path("nothing.pt"))
+    for age, name in enumerate(["run2/checkpoints/checkpoint.pt", "run2/checkpoints/best.pt",
+                                "run1/checkpoints/checkpoint.pt", "run0/checkpoints/checkpoint.pt"]):
+        file = here / "runs" / name
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_bytes(b"")
+        os.utime(file, (1e9 - age, 1e9 - age))  # newest first
+    with pytest.raises(UserError) as raised:  # a typo in a path through runs/: that runs/ is the one listed
+        checkpoints.load(Path("runs/run2/checkpoints/chekpoint.pt"), runs_dir=Path("wiki") / "runs")
+    assert str(raised.value) == (f"{here / 'runs/run2/checkpoints/chekpoint.pt'}: checkpoint not found; newest "
+                                 f"checkpoints in {here / 'runs'}: runs/run2/checkpoints/checkpoint.pt, "
+                                 f"runs/run2/checkpoints/best.pt, runs/run1/checkpoints/checkpoint.pt and 1 more")
+    with pytest.raises(UserError, match="checkpoint not found; newest checkpoints in "):  # a directory is no file
+        checkpoints.load(here / "runs")
+
+
 def test_another_architecture_is_named_in_ini_keys(tmp_path):
     wider = ModelConfig(**{**SMALL.__dict__, "d_model": 32})
     with pytest.raises(UserError, match=r"d-model = 16 in the checkpoint but 32 from the config"):

@@ -2,12 +2,15 @@
 exit code 130; our bugs keep their traceback."""
 import errno
 import signal
+from pathlib import Path
 
 import pytest
 from safetensors import SafetensorError
 
-from errors import (UserError, exit_on_user_error, interrupt_quietly_while_starting, interrupted_while_starting,
-                    naming_a_full_disk, no_space_left)
+from errors import (UserError, exit_on_user_error, full_path, interrupt_quietly_while_starting,
+                    interrupted_while_starting, naming_a_full_disk, no_space_left, script_command)
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def full_disk() -> OSError:
@@ -97,3 +100,16 @@ def test_main_hands_ctrl_c_back_to_keyboard_interrupt_after_starting(keep_signal
     assert signal.getsignal(signal.SIGINT) is interrupted_while_starting
     handler = exit_on_user_error(lambda: signal.getsignal(signal.SIGINT))()
     assert handler is signal.default_int_handler
+
+
+def test_a_next_step_names_a_script_as_it_runs_from_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # a fresh clone
+    assert script_command("train_vocab.py") == "python scripts/train_vocab.py"
+    monkeypatch.chdir(tmp_path)  # elsewhere: the script's full path
+    assert script_command("train_vocab.py") == f"python {ROOT / 'scripts' / 'train_vocab.py'}"
+
+
+def test_full_path_folds_dots_from_the_working_directory(tmp_path, monkeypatch):
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    assert full_path("../wiki/vocab") == Path.cwd().parent / "wiki" / "vocab"

@@ -16,6 +16,7 @@ import house_numbers
 import main
 from config import INI_KEYS, ini_text, key_groups
 from house_numbers import FINE_TUNING_MODULES, PRE_TRAINING_MODULES
+from vocab import SPECIAL_TOKENS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -135,6 +136,85 @@ def test_help_lists_every_key_with_its_type_default_and_meaning(capsys):
         for each in members:
             line = next(line for line in shown.splitlines() if line.startswith(f"  --{INI_KEYS[each.name]} "))
             assert each.metadata["meaning"] in line and f"(default {ini_text(each.default) or '(empty)'})" in line
+
+
+# A newcomer's first errors, each met in a directory of its own as a new user meets it (a template
+# copied to config.ini, then `python src/main.py`): name -> (template, files made first, arguments,
+# what the one line must say, {here} the directory's full path, {scripts} the repository's scripts).
+NEWCOMER_ERRORS = {
+    "no vocabulary": ("config.ini.example", [], [],
+                      ["{here}/vocab: cannot read vocabulary (not found); make one: "
+                       "python {scripts}/train_vocab.py -i YOUR_TEXT -o {here}/vocab"]),
+    "no vocabulary in the template's base dir": ("etc/templates/config_mlm.ini", [], [],
+                                                 ["{here}/wiki/vocab: cannot read vocabulary (not found)",
+                                                  "python {scripts}/train_vocab.py -i YOUR_TEXT -o {here}/wiki/vocab"]),
+    "no demo": ("etc/templates/config_cpu.ini", [], [],
+                ["{here}/demo/vocab: cannot read vocabulary (not found); build the demo: "
+                 "python {scripts}/make_demo.py -o {here}/demo"]),
+    "no shards": ("config.ini.example", ["vocab/vocab.txt"], [],
+                  ["{here}/datasets: no shard file matches train_*.msgpack (no such directory); make shards: "
+                   "python {scripts}/prepare_mlm_dataset.py -i INPUT -l LABEL -o {here}/datasets -m 128 "
+                   "-v {here}/vocab; the pattern must match the names it writes, train_LABEL_128_*.msgpack.gz"]),
+    "a pattern that matches none of the shards there": (
+        "etc/templates/config_mlm.ini", ["wiki/vocab/vocab.txt", "wiki/datasets/train_imdb_128_123.msgpack.gz"], [],
+        ["{here}/wiki/datasets: no shard file matches train_weke_128_*.msgpack "
+         "(shard files there: train_imdb_128_123.msgpack.gz); make shards: python {scripts}/prepare_mlm_dataset.py",
+         "-o {here}/wiki/datasets -m 128 -v {here}/wiki/vocab;", "train_LABEL_128_*.msgpack.gz"]),
+    "no checkpoint, no runs": ("config.ini.example", [], ["--cp", "runs/run0/checkpoints/checkpoint.pt"],
+                               ["{here}/runs/run0/checkpoints/checkpoint.pt: checkpoint not found; no runs/ directory "
+                                "here yet: a training run writes {here}/runs/runN/checkpoints/checkpoint.pt"]),
+    "no checkpoint by that name": ("etc/templates/config_mlm.ini", ["wiki/runs/run0/checkpoints/checkpoint.pt"],
+                                   ["--cp", "wiki/runs/run0/checkpoint.pt"],
+                                   ["{here}/wiki/runs/run0/checkpoint.pt: checkpoint not found; newest checkpoints "
+                                    "in {here}/wiki/runs: wiki/runs/run0/checkpoints/checkpoint.pt"]),
+}
+
+
+def newcomer_directory(directory: Path, template: str, files: list[str]) -> Path:
+    """The template as config.ini, a small vocabulary as each vocab.txt, the other files empty."""
+    directory.mkdir(parents=True)
+    (directory / "config.ini").write_text((ROOT / template).read_text(encoding="utf-8"), encoding="utf-8")
+    tokens = [*SPECIAL_TOKENS, *"abcdefghijklmnopqrstuvwxyz"]
+    for name in files:
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_text("\n".join(tokens) + "\n" if name.endswith("vocab.txt") else "", encoding="utf-8")
+    return directory.resolve()
+
+
+def tree(directory: Path) -> set[Path]:
+    return {path.relative_to(directory) for path in directory.rglob("*")}
+
+
+@pytest.fixture(scope="module")
+def newcomer_outcomes(tmp_path_factory) -> dict:
+    """Each case of NEWCOMER_ERRORS run as a process, side by side: name -> (directory, files before
+    it ran, CompletedProcess)."""
+    started = {}
+    for number, (name, (template, files, args, _)) in enumerate(NEWCOMER_ERRORS.items()):
+        directory = newcomer_directory(tmp_path_factory.mktemp("newcomer") / f"user{number}", template, files)
+        started[name] = directory, tree(directory), subprocess.Popen(
+            [sys.executable, str(ROOT / "src" / "main.py"), *args], cwd=directory, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+    outcomes = {}
+    for name, (directory, before, process) in started.items():
+        try:
+            stdout, stderr = process.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate()
+        outcomes[name] = directory, before, subprocess.CompletedProcess(process.args, process.returncode, stdout,
+                                                                        stderr)
+    return outcomes
+
+
+@pytest.mark.parametrize("case", NEWCOMER_ERRORS)
+def test_a_newcomers_first_error_names_the_full_path_and_what_to_run(newcomer_outcomes, case):
+    directory, before, result = newcomer_outcomes[case]
+    assert result.returncode == 2, result.stderr
+    for expected in NEWCOMER_ERRORS[case][3]:
+        check_error_line(result.stderr, expected.format(here=directory, scripts=ROOT / "scripts"))
+    assert str(directory) in result.stderr and not result.stdout
+    assert tree(directory) == before  # nothing written: no runs/ directory, no run
 
 
 @pytest.mark.parametrize("delay", [0.3, 0.8])

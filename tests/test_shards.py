@@ -1,6 +1,8 @@
 """Tests of src/shards.py: shard round trips, header checks, clear errors on damaged
 files, atomic writing, static masks independent of how samples are added."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -8,7 +10,7 @@ from errors import UserError
 from masking import MaskingRule
 from packed_files import ShardError
 from corpus.preparation import StaticMasker
-from shards import ShardWriter, find_shards, read_shard
+from shards import ShardWriter, find_shards, making_shards, read_shard
 from vocab import SPECIAL_TOKENS, Vocab
 
 SEQ_LEN = 64
@@ -150,3 +152,28 @@ def test_find_shards_matches_gzipped_files_for_a_plain_pattern(tmp_path, vocab, 
     assert [path.name for path in found] == ["train_wiki_128_1.msgpack.gz", "train_wiki_128_2.msgpack"]
     with pytest.raises(UserError, match=f"{tmp_path}: no shard file matches test_wiki_\\*"):
         find_shards(tmp_path, "test_wiki_*")
+
+
+def test_no_matching_shard_names_the_files_there_and_how_to_make_shards(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    here = Path.cwd()
+    with pytest.raises(UserError) as raised:
+        find_shards(Path("datasets"), "train_*.msgpack")
+    assert str(raised.value).startswith(f"{here / 'datasets'}: no shard file matches train_*.msgpack "
+                                        f"(no such directory); make shards: python ")
+    assert str(raised.value).endswith(f"prepare_mlm_dataset.py -i INPUT -l LABEL -o {here / 'datasets'} -m SEQ_LEN "
+                                      f"-v VOCAB_DIR; the pattern must match the names it writes, "
+                                      f"train_LABEL_SEQ_LEN_*.msgpack.gz")
+    (here / "datasets").mkdir()
+    (here / "datasets" / "notes.txt").write_text("not a shard")
+    with pytest.raises(UserError, match=r"\(shard files there: none\)"):
+        find_shards(Path("datasets"), "train_*.msgpack")
+    for name in ["val_wiki_128_1.msgpack.gz", "train_wiki_64_1.msgpack.gz", "test_wiki_128_1.msgpack.gz",
+                 "train_wiki_128_1.msgpack", ".train_wiki_128_2.msgpack.gz.0123.tmp"]:
+        (here / "datasets" / name).write_bytes(b"")
+    with pytest.raises(UserError) as raised:  # the closest names first, three of them
+        find_shards(Path("datasets"), "train_weke_128_*.msgpack", making_shards("datasets", "train", 128, "vocab"))
+    assert ("(shard files there: train_wiki_128_1.msgpack, train_wiki_64_1.msgpack.gz, test_wiki_128_1.msgpack.gz "
+            "and 1 more); make shards: ") in str(raised.value)
+    assert str(raised.value).endswith(f"-o {here / 'datasets'} -m 128 -v {here / 'vocab'}; the pattern must match "
+                                      f"the names it writes, train_LABEL_128_*.msgpack.gz")

@@ -11,7 +11,8 @@ from transformers import AutoTokenizer, BertTokenizer
 
 import train_vocab
 from errors import UserError
-from vocab import SPECIAL_TOKENS, Vocab, load_tokenizer_json, load_vocab, write_vocab_directory
+from config import Config
+from vocab import SPECIAL_TOKENS, Vocab, load_run_vocab, load_tokenizer_json, load_vocab, write_vocab_directory
 
 
 def published_uncased_model() -> Path:
@@ -81,6 +82,31 @@ def test_load_vocab_missing_file_names_it(tmp_path):
     missing = tmp_path / "nowhere" / "vocab.txt"
     with pytest.raises(UserError, match="nowhere/vocab.txt"):
         load_vocab(missing)
+
+
+@pytest.mark.parametrize("settings, looked_at, next_step", [
+    ({}, "vocab", "train_vocab.py -i YOUR_TEXT -o {here}/vocab"),
+    ({"base_dir": "wiki"}, "wiki/vocab", "train_vocab.py -i YOUR_TEXT -o {here}/wiki/vocab"),
+    ({"base_dir": "demo"}, "demo/vocab", "make_demo.py -o {here}/demo"),
+    ({"base_dir": "demo", "vocab": "mine/vocab.txt"}, "mine/vocab.txt", "train_vocab.py -i YOUR_TEXT -o {here}/mine"),
+    ({"vocab": "mine/words.txt"}, "mine/words.txt",
+     "train_vocab.py -i YOUR_TEXT -o {here}/mine, then set vocab = {here}/mine"),
+    ({"base_dir": "empty"}, "empty/vocab/vocab.txt", "train_vocab.py -i YOUR_TEXT -o {here}/empty/vocab"),
+])
+def test_a_runs_missing_vocabulary_names_its_full_path_and_the_command_that_makes_it(tmp_path, monkeypatch, settings,
+                                                                                      looked_at, next_step):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty" / "vocab").mkdir(parents=True)  # a vocab/ directory without vocab.txt
+    with pytest.raises(UserError) as raised:
+        load_run_vocab(Config(**settings))
+    here = Path.cwd()
+    message = str(raised.value)
+    assert message.startswith(f"{here / looked_at}: cannot read vocabulary (not found); ")
+    assert message.endswith(next_step.format(here=here))
+
+
+def test_a_runs_vocabulary_that_is_there_loads(vocab_dir):
+    assert load_run_vocab(Config(vocab=str(vocab_dir))) == load_vocab(vocab_dir)
 
 
 def test_load_vocab_without_special_tokens_names_file(tmp_path):
