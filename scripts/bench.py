@@ -40,11 +40,11 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 from batching import pad_multiple, padded_width  # noqa: E402
+from hardware import (MEASURED_NOW, fast_dtype, keep_freed_memory, keep_kernels_for_every_width,  # noqa: E402
+                      measure_matmul_flops, peak_flops, seconds_per_call, select_device, synchronize)
 from masking import MaskingRule, mask_tokens, predictions_per_sequence  # noqa: E402
 from model import (IGNORE_INDEX, BertForMaskedLM, BertForSequenceClassification, ModelConfig,  # noqa: E402
                    attend, flops_per_token)
-from hardware import (MEASURED_NOW, fast_dtype, keep_freed_memory, keep_kernels_for_every_width,  # noqa: E402
-                      measure_matmul_flops, peak_flops, seconds_per_call, select_device, synchronize)
 
 # layers, width, heads
 SIZES = {"small": (2, 128, 2), "medium": (4, 256, 4), "original": (6, 768, 12), "base": (12, 768, 12)}

@@ -29,8 +29,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_prepare import descendants, rss_bytes  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
+from bench_prepare import descendants, rss_bytes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 2 ** 20

@@ -32,14 +32,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "scripts"))
 import checkpoints  # noqa: E402
-import export_hf  # noqa: E402
-from tasks import glue_data  # noqa: E402
-from tasks import glue_metrics  # noqa: E402
-from tasks import glue_tasks  # noqa: E402
-from interop import hf_export  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from ini import load_config  # noqa: E402
 from main import run  # noqa: E402
+from interop import hf_export  # noqa: E402
+from tasks import glue_data  # noqa: E402
+from tasks import glue_metrics  # noqa: E402
+from tasks import glue_tasks  # noqa: E402
+import export_hf  # noqa: E402
 
 RECIPE = ROOT / "etc" / "templates" / "config_sst2_cpu.ini"
 SPLITS = ("train", "validation", "test")

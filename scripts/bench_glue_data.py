@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_data import MIB, check_inputs, measure, run_step  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
+from bench_data import MIB, check_inputs, measure, run_step  # noqa: E402
 
 MNLI_TRAIN = 392_702
 MNLI_OTHERS = {"validation_matched": 9_815, "validation_mismatched": 9_832, "test_matched": 9_796,

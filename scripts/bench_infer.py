@@ -28,12 +28,12 @@ from typing import Callable
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from classify import classify, read_sentences, trained_seq_len  # noqa: E402
 from config import CLASSIFICATION_TASKS  # noqa: E402
-from tasks.embed_task import embed_texts  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from model import BertForEmbedding, BertForSequenceClassification, count_parameters  # noqa: E402
 from interop.onnx_model import OnnxModel, is_onnx, restore_model  # noqa: E402
+from tasks.embed_task import embed_texts  # noqa: E402
+from classify import classify, read_sentences, trained_seq_len  # noqa: E402
 
 MODELS = {task: BertForSequenceClassification for task in CLASSIFICATION_TASKS} | {"embed": BertForEmbedding}
 

@@ -26,10 +26,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import checkpoints  # noqa: E402
-from bench_prepare import sample_tree_rss  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from hardware import BYTES_PER_WEIGHT  # noqa: E402
 from model import ModelConfig, estimated_parameters  # noqa: E402
+from bench_prepare import sample_tree_rss  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 GIB = 2 ** 30

@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from tasks import glue_data  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
+from tasks import glue_data  # noqa: E402
 
 WORD = re.compile(r"[a-z0-9']+|[^\sa-z0-9']")
 

@@ -20,16 +20,16 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from tasks import glue_data  # noqa: E402
-from tasks import pair_encoding  # noqa: E402
 from architecture import TASK_KINDS, label_names  # noqa: E402
 from batching import pad_multiple  # noqa: E402
-from tasks.classification_task import Part  # noqa: E402
 from config import CLASSIFICATION_TASKS  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
-from tasks.fine_tuning import inference_rows  # noqa: E402
 from model import BertForSequenceClassification  # noqa: E402
 from interop.onnx_model import OR_EXPORTED, restore_model  # noqa: E402
+from tasks import glue_data  # noqa: E402
+from tasks import pair_encoding  # noqa: E402
+from tasks.classification_task import Part  # noqa: E402
+from tasks.fine_tuning import inference_rows  # noqa: E402
 
 CLASSIFIERS = {task: BertForSequenceClassification for task in CLASSIFICATION_TASKS}
 PAIR_SEPARATOR = "|||"

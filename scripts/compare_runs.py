@@ -41,12 +41,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from config import FINE_TUNING_TASKS, INI_KEYS, ini_text  # noqa: E402
-from run_plan import Target, lower_is_better, parse_target  # noqa: E402
-from ini import load_config  # noqa: E402
-from errors import UserError, exit_on_user_error  # noqa: E402
 from atomic import atomic_write  # noqa: E402
+from config import FINE_TUNING_TASKS, INI_KEYS, ini_text  # noqa: E402
+from errors import UserError, exit_on_user_error  # noqa: E402
+from ini import load_config  # noqa: E402
 from run_log import run_provenance  # noqa: E402
+from run_plan import Target, lower_is_better, parse_target  # noqa: E402
 
 PROCESSES_KEY = "processes"
 START_KEY = "start"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "scripts")]
-from ini import load_config  # noqa: E402
 from errors import exit_on_user_error  # noqa: E402
+from ini import load_config  # noqa: E402
 from main import run  # noqa: E402
 from trainer import StopRequest  # noqa: E402
 

@@ -19,12 +19,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from atomic import atomic_write, check_output_file  # noqa: E402
-from interop.onnx_model import OR_EXPORTED, restore_model  # noqa: E402
-from classify import print_lines, read_sentences, trained_seq_len  # noqa: E402
-from tasks.embed_task import embed_texts  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from model import BertForEmbedding  # noqa: E402
+from interop.onnx_model import OR_EXPORTED, restore_model  # noqa: E402
+from tasks.embed_task import embed_texts  # noqa: E402
 from tasks.retrieval_metrics import best_documents  # noqa: E402
+from classify import print_lines, read_sentences, trained_seq_len  # noqa: E402
 
 
 def parse_args(argv=None):

@@ -42,6 +42,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 import checkpoints  # noqa: E402
 import child_processes  # noqa: E402
+from atomic import atomic_write  # noqa: E402
+from config import INI_KEYS, Config, ini_text, known_name, typed_value  # noqa: E402
+from errors import UserError, exit_on_user_error  # noqa: E402
+from ini import load_config, parse_overrides  # noqa: E402
+from main import make_task  # noqa: E402
+from run_log import UNDEFINED, lock_directory, lock_run_dir, metric_text  # noqa: E402
+from run_plan import with_run_length  # noqa: E402
+from trainer import Trainer, finished_marker, improves  # noqa: E402
+from vocab import write_vocab_directory  # noqa: E402
 from tasks import embed_data  # noqa: E402
 from tasks import glue_data  # noqa: E402
 from tasks import glue_metrics  # noqa: E402
@@ -49,17 +58,8 @@ from tasks import glue_tasks  # noqa: E402
 from tasks import pair_encoding  # noqa: E402
 from tasks import squad_data  # noqa: E402
 from tasks import token_data  # noqa: E402
-from atomic import atomic_write  # noqa: E402
-from tasks.classification_task import Part  # noqa: E402
-from errors import UserError, exit_on_user_error  # noqa: E402
-from config import INI_KEYS, Config, ini_text, known_name, typed_value  # noqa: E402
-from ini import load_config, parse_overrides  # noqa: E402
-from main import make_task  # noqa: E402
-from run_plan import with_run_length  # noqa: E402
 from tasks import task_class  # noqa: E402
-from run_log import UNDEFINED, lock_directory, lock_run_dir, metric_text  # noqa: E402
-from trainer import Trainer, finished_marker, improves  # noqa: E402
-from vocab import write_vocab_directory  # noqa: E402
+from tasks.classification_task import Part  # noqa: E402
 
 TASK_ORDER = ("mnli", "cola", "sst2", "mrpc", "qqp", "stsb", "qnli", "rte", "wnli")  # MNLI first: --from-mnli
 FROM_MNLI = ("rte", "mrpc", "stsb")

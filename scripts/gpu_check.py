@@ -57,18 +57,18 @@ from torch.profiler import ProfilerActivity, profile
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "scripts")]
-import bench  # noqa: E402
-import bench_data  # noqa: E402
 import checkpoints  # noqa: E402
-import export_hf  # noqa: E402
 import hardware  # noqa: E402
 import main as training  # noqa: E402
-import profile_step  # noqa: E402
 from atomic import atomic_write  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from ini import load_config  # noqa: E402
 from masking import MaskingRule, predictions_per_sequence  # noqa: E402
 from model import BertForMaskedLM, BertForSequenceClassification, ModelConfig, flops_per_token  # noqa: E402
+import bench  # noqa: E402
+import bench_data  # noqa: E402
+import export_hf  # noqa: E402
+import profile_step  # noqa: E402
 
 MLM_TEMPLATE = ROOT / "etc" / "templates" / "config_cpu.ini"
 SST2_TEMPLATE = ROOT / "etc" / "templates" / "config_sst2_cpu.ini"

@@ -14,11 +14,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from interop.onnx_model import OR_EXPORTED, restore_model  # noqa: E402
-from classify import input_texts, print_lines, trained_seq_len  # noqa: E402
 from errors import exit_on_user_error  # noqa: E402
 from model import BertForTokenClassification  # noqa: E402
+from interop.onnx_model import OR_EXPORTED, restore_model  # noqa: E402
 from tasks.token_task import tag_sentences  # noqa: E402
+from classify import input_texts, print_lines, trained_seq_len  # noqa: E402
 
 
 def words_of(vocab, text: str) -> list[str]:

@@ -31,15 +31,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from config import SENTENCE_OBJECTIVES  # noqa: E402
-from corpus.corpus_units import document_pieces, parse_part, prepare, print_made, unit_chars_for  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
-from corpus.input_files import BadRecords, add_input_arguments, find_inputs, read_documents  # noqa: E402
 from shards import DOCUMENTS  # noqa: E402
+from vocab import load_vocab  # noqa: E402
+from corpus.corpus_units import document_pieces, parse_part, prepare, print_made, unit_chars_for  # noqa: E402
+from corpus.input_files import BadRecords, add_input_arguments, find_inputs, read_documents  # noqa: E402
 from corpus.preparation import (SPLITS, SplitWriter, add_shared_arguments, check_shared_arguments,  # noqa: E402
                                 output_dir, split_summary)
 from corpus.sentence_pairs import PairMaker, pair_sample  # noqa: E402
 from corpus.tokenizing import Tokenizing  # noqa: E402
-from vocab import load_vocab  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # Packing words

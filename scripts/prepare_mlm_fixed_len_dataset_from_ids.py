@@ -20,14 +20,14 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from corpus.corpus_units import document_pieces, id_pieces, parse_part, prepare, print_made, unit_chars_for  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
-from corpus.input_files import BadRecords, InputFile, add_input_arguments, find_inputs, read_documents  # noqa: E402
 from packed_files import read_header  # noqa: E402
+from vocab import load_vocab  # noqa: E402
+from corpus.corpus_units import document_pieces, id_pieces, parse_part, prepare, print_made, unit_chars_for  # noqa: E402
+from corpus.input_files import BadRecords, InputFile, add_input_arguments, find_inputs, read_documents  # noqa: E402
 from corpus.preparation import SplitWriter, add_shared_arguments, check_shared_arguments, output_dir, split_summary  # noqa: E402
 from corpus.token_stream import TOKEN_STREAM_FORMAT, read_token_stream  # noqa: E402
 from corpus.tokenizing import Tokenizing  # noqa: E402
-from vocab import load_vocab  # noqa: E402
 
 
 def is_token_stream(each: InputFile) -> bool:

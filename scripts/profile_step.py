@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 import hardware  # noqa: E402
 import main as training  # noqa: E402
-from ini import load_config  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
+from ini import load_config  # noqa: E402
 from trainer import PHASES, Trainer  # noqa: E402
 
 

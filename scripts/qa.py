@@ -15,13 +15,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from interop.onnx_model import OR_EXPORTED, restore_model  # noqa: E402
-from classify import print_lines  # noqa: E402
+from architecture import ANSWERS, tasks_of  # noqa: E402
 from config import Config  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
 from model import BertForQuestionAnswering  # noqa: E402
+from interop.onnx_model import OR_EXPORTED, restore_model  # noqa: E402
 from tasks.squad_task import answer_questions  # noqa: E402
-from architecture import ANSWERS, tasks_of  # noqa: E402
+from classify import print_lines  # noqa: E402
 
 SETTINGS = ("seq-len", "doc-stride", "max-query-length", "max-answer-length")
 

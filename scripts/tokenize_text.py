@@ -24,11 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from atomic import remove_stale_temps  # noqa: E402
 from cores import available_cores  # noqa: E402
 from errors import UserError, exit_on_user_error  # noqa: E402
+from vocab import load_vocab  # noqa: E402
 from corpus.input_files import (DEFAULT_CHUNK_MB, BadRecords, InputFile, add_input_arguments, find_inputs,  # noqa: E402
                                 read_documents)
 from corpus.token_stream import TOKENS_PER_STREAM_BLOCK, TokenStreamWriter  # noqa: E402
 from corpus.tokenizing import Tokenizing  # noqa: E402
-from vocab import load_vocab  # noqa: E402
 
 
 def fixed_size_blocks(arrays, block_tokens: int):

@@ -16,10 +16,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from architecture import ROPE_THETA, ModelConfig
 from atomic import atomic_write
 from config import FIELD_TYPES, GRAMMAR_KEYS, Config, typed_value
 from errors import UserError, full_path, shown_path
-from architecture import ROPE_THETA, ModelConfig
 from vocab import Vocab
 
 FORMAT = 1

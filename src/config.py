@@ -8,9 +8,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, get_args
 
-from errors import UserError
 from architecture import (ANSWERS, CLASSIFICATION, EMBEDDING, FEED_FORWARDS, NORMS, POOLINGS, POSITIONS, ROPE_THETA,
                           TASK_KINDS, TOKENS, USER_CLASS_TASKS, ModelConfig, attention_shape_problem, tasks_of)
+from errors import UserError
 from run_plan import GRAMMARS, Curriculum, Duration, MaskRate, Schedule, Target
 
 

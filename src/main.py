@@ -27,9 +27,9 @@ from hardware import select_device
 from ini import load_config
 from run_plan import with_run_length
 from run_start import decay_branch, resumed_decay
-from tasks import task_class
 from trainer import StopRequest, Trainer
 from vocab import load_run_vocab
+from tasks import task_class
 
 
 def parse_args(argv):

@@ -16,8 +16,8 @@ import numpy as np
 from tqdm import tqdm
 
 from errors import UserError
-from corpus.input_files import content_hashes
 from packed_files import is_whole, read_header
+from corpus.input_files import content_hashes
 from corpus.preparation import SPLITS, SplitWriter, masking_rule
 from corpus.tokenizing import document_ids
 

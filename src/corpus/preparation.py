@@ -19,8 +19,8 @@ from atomic import remove_stale_temps
 from config import DEFAULTS, RULES, validate
 from cores import available_cores
 from errors import UserError
-from corpus.input_files import DEFAULT_CHUNK_MB
 from shards import MaskedSample, ShardWriter
+from corpus.input_files import DEFAULT_CHUNK_MB
 
 if TYPE_CHECKING:
     from masking import MaskingRule

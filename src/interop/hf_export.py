@@ -17,9 +17,9 @@ import checkpoints
 from architecture import NETWORK_FIELDS, TASK_KINDS, kind_of, label_names
 from config import CLASSIFICATION_TASKS, FINE_TUNING_TASKS
 from errors import UserError
-from interop.hf_weights import to_hf
 from model import INIT_STD
 from vocab import SPECIAL_TOKEN_NAMES, Vocab, tokenizer_config
+from interop.hf_weights import to_hf
 
 SOURCE = Path(__file__).resolve().parent.parent  # src/, the core whose model files an export copies
 TEMPLATES = SOURCE.parent / "etc" / "hf"

@@ -11,15 +11,15 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 import checkpoints
+import model as our_models
 from architecture import NETWORK_FIELDS, USER_CLASS_TASKS, kind_of, label_names as label_names_of
 from atomic import check_output_file
 from config import CLASSIFICATION_TASKS, RULES, Config
 from errors import UserError
 from hardware import check_fits_memory
-from interop.hf_weights import from_hf
-import model as our_models
 from model import BertForPreTraining, ModelConfig, estimated_parameters
 from vocab import Vocab, load_tokenizer_json, load_vocab, read_json_object, read_small_text
+from interop.hf_weights import from_hf
 
 # What each model type must have to be ours: transformers' BERT, ELECTRA's discriminator (the same
 # encoder), and the directories export_hf.py writes for the other architectures.

@@ -17,17 +17,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from architecture import USER_CLASS_TASKS, label_names
+from batching import padded_width
+from config import model_config
+from distributed import every_rank
+from errors import UserError
+from model import BertForSequenceClassification, ModelConfig
 from tasks import glue_data
 from tasks import glue_metrics
 from tasks import glue_tasks
 from tasks import pair_encoding
-from batching import padded_width
-from architecture import USER_CLASS_TASKS, label_names
-from config import model_config
-from distributed import every_rank
-from errors import UserError
 from tasks.fine_tuning import EncodedSplit, FineTuningTask, pooled_share
-from model import BertForSequenceClassification, ModelConfig
 
 
 def glue_task_of(config, names: tuple[str, ...] = ()) -> glue_tasks.GlueTask:

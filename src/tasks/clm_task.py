@@ -5,8 +5,8 @@ import torch
 
 from config import model_config
 from lm_data import DATA_KEYS, CorpusTask, LanguageModelData
-from tasks.mlm_task import token_statistics
 from model import IGNORE_INDEX, BertForCausalLM, ModelConfig
+from tasks.mlm_task import token_statistics
 
 
 class CausalLMTask(CorpusTask):

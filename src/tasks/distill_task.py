@@ -16,9 +16,9 @@ from torch import nn
 from config import model_config
 from errors import UserError
 from lm_data import DATA_KEYS, CorpusTask, LanguageModelData
-from tasks.mlm_task import MASKING_KEYS, Masker, masked_share
 from model import IGNORE_INDEX, Encoder, MaskedLMHead, ModelConfig, at_positions, init_weights, token_hits
 from run_plan import Progress
+from tasks.mlm_task import MASKING_KEYS, Masker, masked_share
 from tasks.teacher import frozen, read_teacher
 
 RELATIONS = ("query", "key", "value")  # SelfAttention.projections' order

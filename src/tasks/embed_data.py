@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks import glue_data
 from errors import UserError
+from tasks import glue_data
 from tasks.glue_tasks import glue_task
 
 PAIR_COLUMNS = ("anchor", "positive")

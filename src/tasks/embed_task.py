@@ -20,17 +20,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tasks import embed_data
 from batching import gather_padded, kept_rows, pad_multiple, padded_width
 from config import model_config
 from distributed import every_rank
-from tasks.embed_data import Pairs, Retrieval
 from errors import UserError
+from hardware import to_device
+from model import BertForEmbedding, ModelConfig
+from tasks import embed_data
+from tasks.embed_data import Pairs, Retrieval
 from tasks.fine_tuning import EncodedSplit, FineTuningTask, inference_rows, pooled_share
 from tasks.glue_data import SIMILARITY_RANGE, Examples
 from tasks.glue_metrics import pearson, spearman
-from hardware import to_device
-from model import BertForEmbedding, ModelConfig
 from tasks.pair_encoding import EncodedExamples, encode_examples
 from tasks.retrieval_metrics import best_documents, retrieval_scores
 

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tasks import squad_data
 from batching import gather_padded, pad_multiple, padded_width
 from config import model_config
 from distributed import every_rank
-from tasks.fine_tuning import EncodedSplit, FineTuningTask, inference_rows
 from hardware import to_device
 from model import BertForQuestionAnswering, ModelConfig
+from tasks import squad_data
+from tasks.fine_tuning import EncodedSplit, FineTuningTask, inference_rows
 from tasks.squad_data import EncodedQuestions, Questions
 from tasks.squad_metrics import squad_scores
 

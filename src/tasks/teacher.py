@@ -7,11 +7,11 @@ import torch
 from torch import nn
 
 import checkpoints
-from interop import hf_import
 from errors import UserError
-from corpus.input_files import find_inputs, read_documents
 from model import ModelConfig
+from corpus.input_files import find_inputs, read_documents
 from corpus.tokenizing import split_sentences
+from interop import hf_import
 
 
 def read_teacher(path: Path, vocab, seq_len: int) -> tuple[dict, ModelConfig]:

@@ -10,14 +10,14 @@ are part of it: a checkpoint's are matched to the data's tags by name, never by 
 import numpy as np
 import torch
 
-from tasks import token_data
 from batching import gather_padded, pad_multiple, padded_width
 from config import model_config
 from distributed import every_rank
-from tasks.entity_metrics import entity_scores
-from tasks.fine_tuning import EncodedSplit, FineTuningTask, inference_rows
 from hardware import to_device
 from model import IGNORE_INDEX, BertForTokenClassification, ModelConfig
+from tasks import token_data
+from tasks.entity_metrics import entity_scores
+from tasks.fine_tuning import EncodedSplit, FineTuningTask, inference_rows
 from tasks.token_data import EncodedWindows, TaggedSentences
 
 
