@@ -342,7 +342,7 @@ class CorpusTask:
     labels to keep from a checkpoint and nothing to submit."""
     best_metric = "loss"
     last_layer_share = 1.0  # every token's state is read (an MLM's masked slots alone: MaskedLMTask)
-    random_generator = None  # a task that masks as it trains draws with its own (Masker's)
+    masker = None  # a task that masks as it trains (mlm, electra, distill's predictions): its Masker
 
     def __init__(self, config, vocab, device, data: LanguageModelData):
         self.config = config
@@ -360,8 +360,13 @@ class CorpusTask:
     def take_checkpoint_labels(self, names: tuple[str, ...], kept: bool):
         pass  # the targets are in the data: no label names
 
+    @property
+    def random_generator(self):
+        """The masker's generator (task.Task's random_generator): its draws go on where a checkpoint left them."""
+        return None if self.masker is None else self.masker.generator
+
     def progress_metrics(self) -> dict[str, float]:
-        return {}
+        return {} if self.masker is None else self.masker.progress_metrics()
 
     def submission(self, model, split: str, autocast) -> None:
         return None  # every split has its targets

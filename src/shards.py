@@ -460,9 +460,10 @@ def shard_files_held(directory: Path, pattern: str) -> str:
     return f"shard files there: {', '.join(names[:SHOWN_FILES])}{more}"
 
 
-def making_shards(directory, split: str = "train", seq_len: int | str = "SEQ_LEN", vocab="VOCAB_DIR") -> str:
-    """The command that makes a split's shards in directory, and the names it gives them."""
-    vocab = vocab if vocab == "VOCAB_DIR" else full_path(vocab)
+def making_shards(directory, split: str = "train", seq_len: int | str = "SEQ_LEN", vocab=None) -> str:
+    """The command that makes a split's shards in directory, and the names it gives them; a sequence
+    length or vocabulary not given stays a placeholder for the reader to fill in."""
+    vocab = full_path(vocab) if vocab else "VOCAB_DIR"
     return (f"make shards: {script_command('prepare_mlm_dataset.py')} -i INPUT -l LABEL -o {full_path(directory)} "
             f"-m {seq_len} -v {vocab}; the pattern must match the names it writes, "
             f"{split}_LABEL_{seq_len}_*.msgpack.gz")

@@ -1,5 +1,6 @@
-"""What the trainer needs of a task (the Task protocol), the evaluation the language-model tasks share: their loss and
-statistics summed over the batches, and the record of the user's own files a checkpoint keeps as its data.
+"""What the trainer needs of a task (the Task protocol), the evaluation the language-model tasks
+share: their loss and statistics summed over the batches, and the record of the user's own files a
+checkpoint keeps as its data.
 """
 import hashlib
 from pathlib import Path

@@ -116,7 +116,6 @@ class DistillationTask(CorpusTask):
         super().__init__(config, vocab, device, LanguageModelData(config, vocab, rank, world_size))
         self.teaches_predictions = config.logit_weight > 0
         self.masker = Masker(config, vocab, device, rank) if self.teaches_predictions else None
-        self.random_generator = self.masker.generator if self.masker else None
         self.measuring_keys = (*DATA_KEYS, *TEACHER_KEYS, *(MASKING_KEYS if self.teaches_predictions else ()))
         # the student's MLM head scores the masked slots; without one the loss reads the last layer's projections
         self.predictions_per_token = masked_share(config) if self.teaches_predictions else 0.0
@@ -146,9 +145,6 @@ class DistillationTask(CorpusTask):
         if not self.teaches_predictions:
             return super().eval_batches(split, count)
         return self.masker.eval_batches(self.data, split, count, self.config.seed, self.device)
-
-    def progress_metrics(self) -> dict[str, float]:
-        return self.masker.progress_metrics() if self.masker else {}
 
     def loss(self, model, batch: dict, progress: Progress | None = None):
         """The q-q, k-k and v-v KLs summed (plus logit-weight x the predictions' KL), and [real query

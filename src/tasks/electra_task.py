@@ -20,8 +20,7 @@ class ElectraTask(CorpusTask):
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         # masking = static is for mlm alone: the data is the unmasked ids
         super().__init__(config, vocab, device, LanguageModelData(config, vocab, rank, world_size))
-        self.masker = Masker(config, vocab, device, rank)
-        self.random_generator = self.masker.generator  # draws the masks and the generator's samples
+        self.masker = Masker(config, vocab, device, rank)  # its generator draws the generator's samples too
         self.evaluation_sampling = torch.Generator(device=device)
         self.predictions_per_token = masked_share(config)  # the generator's head scores the masked positions
 
@@ -37,9 +36,6 @@ class ElectraTask(CorpusTask):
         """Fixed batches with the same masks and the same generator samples at every evaluation."""
         self.evaluation_sampling.manual_seed(self.config.seed + 1)
         yield from self.masker.eval_batches(self.data, split, count, self.config.seed, self.device)
-
-    def progress_metrics(self) -> dict[str, float]:
-        return self.masker.progress_metrics()
 
     def loss(self, model, batch: dict, progress: Progress | None = None):
         """Mean loss, and [masked tokens, generator hits, real tokens, detector hits, generator loss

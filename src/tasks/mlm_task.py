@@ -49,10 +49,8 @@ class Masker:
         return {**batch, "original_ids": input_ids, "input_ids": inputs, "positions": positions, "labels": labels}
 
     def masked(self, batch: dict, progress: Progress | None) -> dict:
-        """A training batch (progress: its step's place in the run) masked at the step's rate; an
-        evaluation batch (masked by eval_batches) as it is."""
-        if "positions" in batch:
-            return batch
+        """A training batch (progress: its step's place in the run) masked at the step's rate; a batch
+        masked already (evaluation's, by eval_batches; stored masks) as it is."""
         if progress is not None:
             self.step_rate = mask_rate(progress.step, progress.budget_share, self.config)
         return self.with_masks(batch, self.generator, self.step_rate)
@@ -90,7 +88,6 @@ class MaskedLMTask(CorpusTask):
     def __init__(self, config, vocab, device: torch.device, rank: int = 0, world_size: int = 1):
         self.objective = config.sentence_objective
         self.masker = Masker(config, vocab, device, rank)
-        self.random_generator = self.masker.generator
         super().__init__(config, vocab, device, LanguageModelData(
             config, vocab, rank, world_size, static_rule=self.masker.rule if config.masking == "static" else None,
             pairs=None if self.objective == "none" else self.objective))
@@ -121,9 +118,6 @@ class MaskedLMTask(CorpusTask):
                              attention_mask=batch["attention_mask"], segment_ids=batch.get("segment_ids"),
                              document_ids=batch.get("document_ids"))
         return loss, token_statistics(logits, batch["labels"])
-
-    def progress_metrics(self) -> dict[str, float]:
-        return self.masker.progress_metrics()
 
     def pair_loss(self, model, batch: dict):
         logits, sentence_logits, loss = model(
