@@ -143,7 +143,7 @@ def seconds_for_batches(runner, batches: list, device) -> float:
 def rotated(arms: list, round_number: int) -> list:
     """The arms in the order a round runs them, starting one later each round: an arm that always ran
     first, at widths no other arm had just run, read 5-8% slower than the same code run after it (the
-    kernels each width builds, etc/results.md, "oneDNN's kernels for every width")."""
+    kernels each width builds, etc/results/step-time.md, "oneDNN's kernels for every width")."""
     start = round_number % len(arms)
     return arms[start:] + arms[:start]
 

@@ -1,7 +1,7 @@
 """The pre-training a user would otherwise run: transformers' BertForMaskedLM as run_mlm.py trains it,
 on this program's corpus and vocabulary, written as a checkpoint of ours to fine-tune beside ours.
 
-Example (the anchor of etc/results.md's recipe comparison; N: the steps the budget buys, measured
+Example (the anchor of etc/results/pretraining.md's recipe comparison; N: the steps the budget buys, measured
 with --measure on the same machine beside this program's step):
     python scripts/bench_pretrain.py --config etc/templates/config_cpu.ini --base-dir demo --measure 60
     python scripts/bench_pretrain.py --config etc/templates/config_cpu.ini --base-dir demo --max-steps N -o demo/hf_mlm

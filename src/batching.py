@@ -30,8 +30,8 @@ def padded_width(lengths: np.ndarray, limit: int, multiple: int) -> int:
 def pad_multiple(device_type: str) -> int:
     """What a batch's width is rounded up to: 8 on a GPU (aligned tensor-core tiles), else 1: on the
     CPU every padded position is paid for and alignment buys nothing, compiled or not (a compiled
-    model's width is dynamic from its second batch on, so exact widths add no graphs;
-    etc/results.md, "Against transformers at BERT's sizes" and "A second bf16 CPU")."""
+    model's width is dynamic from its second batch on, so exact widths add no graphs; etc/results/speed.md,
+    "Against transformers at BERT's sizes", and etc/results/step-time.md, "A second bf16 CPU")."""
     return 8 if device_type != "cpu" else 1
 
 

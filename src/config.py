@@ -387,7 +387,7 @@ class Config:
     d_ff: int = key(0, "feed-forward width; 0: the parameters of 4 x d-model with gelu", at_least(0))
     dropout: float = key(0.1, "dropout probability", within(0, 1, "[)"))
     # Not BERT's post-LN with learned positions: on a small budget those stay on the unigram
-    # plateau (etc/results.md). --norm postln --position learned is BERT.
+    # plateau (etc/results/pretraining.md). --norm postln --position learned is BERT.
     norm: str = key("preln", "postln (BERT), preln, or rmsnorm (preln with RMSNorm)", one_of(*NORMS))
     position: str = key("rope", "learned (BERT), sinusoidal, or rope (rotary, in attention)", one_of(*POSITIONS))
     feed_forward: str = key("gelu", "gelu (BERT) or geglu (gated GELU)", one_of(*FEED_FORWARDS))

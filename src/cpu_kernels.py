@@ -3,9 +3,9 @@ autocast: its fused attention kernels lack dropout (falling back to an unfused f
 short rows take twice the time of attention spelled out in bf16 matmuls, its bf16 kernel is slower
 than its float32 one below 256, F.dropout's mask comes from a slow bernoulli_, and cross_entropy
 passes over the vocabulary's logits six times. GPUs come here only for dropout under torch.compile
-(`Dropout`); a reader of the model can skip this file. The timings are in etc/results.md ("Where a
-training step's time goes", "Against transformers at BERT's sizes", "The token loss in one
-softmax", "The third GPU run: dropout's draws").
+(`Dropout`); a reader of the model can skip this file. The timings are in etc/results/step-time.md
+("Where a training step's time goes"), etc/results/speed.md ("Against transformers at BERT's sizes",
+"The token loss in one softmax") and etc/results/gpu.md ("The third GPU run: dropout's draws").
 """
 import math
 
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 
-# Key lengths where each path is fastest, forward and backward (etc/results.md, "Attention's dtype by
+# Key lengths where each path is fastest, forward and backward (etc/results/speed.md, "Attention's dtype by
 # length" and "Fine-tuning past 3x"): spelled out below SPELLED_OUT_BELOW (twice the fused kernels'
 # speed at 128), the float32 fused kernel from there, the bf16 one from BF16_ATTENTION_FROM.
 SPELLED_OUT_BELOW = 160

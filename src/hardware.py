@@ -40,7 +40,7 @@ def use_the_cores_allowed():
 def keep_freed_memory() -> bool:
     """Under glibc, blocks up to 32 MiB come from the heap and up to 1 GiB freed at its top stays with
     the process, so a CPU training step reuses the pages the last one touched instead of faulting in
-    fresh zeroed ones (1.10-1.15x on the 4 x 256 fine-tuning step, the same peak memory: etc/results.md,
+    fresh zeroed ones (1.10-1.15x on the 4 x 256 fine-tuning step, the same peak memory: etc/results/speed.md,
     "Fine-tuning past 3x"), as Intel's launcher gets from preloading jemalloc or tcmalloc. Elsewhere
     (macOS, musl) nothing; returns whether it was set."""
     try:
@@ -54,7 +54,7 @@ def keep_kernels_for_every_width():
     """oneDNN, which runs bf16 matmuls on the CPU, builds a kernel for each matmul shape and keeps the
     last 1,024 it built; a fine-tuning step at its batch's exact width uses about 40, so with more
     than 25 widths in play (SST-2's first 192 batches have 53) a step mostly builds its kernels anew:
-    1.1-1.15x on the 4 x 256 step, in less memory than the rebuilding churns (etc/results.md, "oneDNN's
+    1.1-1.15x on the 4 x 256 step, in less memory than the rebuilding churns (etc/results/step-time.md, "oneDNN's
     kernels for every width"). Keeps ONEDNN_KERNELS_KEPT. oneDNN reads the setting at the process's
     first matmul, so this runs before that; a value already in the environment stays."""
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_KERNELS_KEPT))
@@ -158,7 +158,7 @@ def fast_dtype(device: torch.device) -> torch.dtype:
 def auto_dtype(device: torch.device) -> tuple[torch.dtype, str]:
     """dtype = auto, and why (for the log): the device's fast_dtype, a rule of the device and never a
     timing, so that every run of a config on a machine chooses alike. On the bf16 CPUs measured, bf16
-    ran the MLM step 1.3-2.8x faster than float32 at every size from 2 x 32 to 6 x 768 (etc/results.md,
+    ran the MLM step 1.3-2.8x faster than float32 at every size from 2 x 32 to 6 x 768 (etc/results/speed.md,
     "dtype = auto on a CPU"); where the two are close, either is fine as long as it is the same."""
     dtype = fast_dtype(device)
     if dtype == torch.float32:

@@ -42,7 +42,7 @@ def sinusoidal_positions(length: int, width: int) -> torch.Tensor:
     """The fixed table of "Attention Is All You Need": feature 2i of position p is
     sin(p / 10000^(2i/width)), feature 2i+1 its cosine. Scaled by INIT_STD, the spread the token
     embeddings start with: at amplitude 1 the table outweighs them and the embeddings' norm sees
-    positions only, so pre-training stays on the unigram plateau (etc/results.md)."""
+    positions only, so pre-training stays on the unigram plateau (etc/results/pretraining.md)."""
     position = torch.arange(length, dtype=torch.float32)[:, None]
     frequencies = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(10000.0) / width))
     table = torch.zeros(length, width)
@@ -98,7 +98,7 @@ class Rotary(nn.Module):
 def rotate(x, angles: tuple[torch.Tensor, torch.Tensor]):
     """x [batch, heads, length, head_width] turned by Rotary's angles. x, a strided view of the q-k-v
     matmul's output, is copied whole first: on the CPU the rotation's elementwise ops take more than
-    twice as long on the view (etc/results.md, "The token loss in one softmax")."""
+    twice as long on the view (etc/results/speed.md, "The token loss in one softmax")."""
     x = x.contiguous()
     cos, sin = (angle.to(x.dtype) for angle in angles)
     first, second = x.chunk(2, dim=-1)

@@ -75,3 +75,11 @@ def test_a_missing_file_and_a_missing_heading_are_found_and_code_is_no_link(tmp_
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
 def test_every_relative_link_and_anchor_resolves(page):
     assert broken_links(page) == []
+
+
+RESULTS_PAGE_LINES = 800
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "etc" / "results").glob("*.md")), ids=lambda page: page.name)
+def test_a_results_page_stays_readable(page):
+    assert len(page.read_text(encoding="utf-8").splitlines()) <= RESULTS_PAGE_LINES
