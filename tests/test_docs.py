@@ -77,7 +77,30 @@ def test_every_relative_link_and_anchor_resolves(page):
     assert broken_links(page) == []
 
 
+README_LINES = 300  # a new user reads it in a quarter of an hour; the rest is one link away
+GUIDE_PAGE_LINES = 300
 RESULTS_PAGE_LINES = 800
+GUIDES = sorted((ROOT / "etc" / "guide").glob("*.md"))
+
+
+def test_the_readme_stays_short_and_names_the_files_a_reader_looks_for_first():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= README_LINES
+    for name in ("trainer.py", "model.py", "masking.py", "src/tasks/", "mlm_task.py"):
+        assert name in text
+
+
+def test_the_readme_links_every_guide_and_there_are_guides():
+    linked = set(re.findall(r"\(etc/guide/([\w-]+\.md)", (ROOT / "README.md").read_text(encoding="utf-8")))
+    assert len(GUIDES) >= 5 and {page.name for page in GUIDES} <= linked
+
+
+@pytest.mark.parametrize("page", GUIDES, ids=lambda page: page.name)
+def test_a_guide_page_is_short_and_opens_with_what_to_run(page):
+    lines = page.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= GUIDE_PAGE_LINES
+    first_table = next(number for number, line in enumerate(lines) if line.startswith("|"))
+    assert lines[first_table] == "| to | run |" and not any(line.startswith("#") for line in lines[1:first_table])
 
 
 @pytest.mark.parametrize("page", sorted((ROOT / "etc" / "results").glob("*.md")), ids=lambda page: page.name)

@@ -157,7 +157,7 @@ NEWCOMER_ERRORS = {
                    "-v {here}/vocab; the pattern must match the names it writes, train_LABEL_128_*.msgpack.gz"]),
     "a pattern that matches none of the shards there": (
         "etc/templates/config_mlm.ini", ["wiki/vocab/vocab.txt", "wiki/datasets/train_imdb_128_123.msgpack.gz"], [],
-        ["{here}/wiki/datasets: no shard file matches train_weke_128_*.msgpack "
+        ["{here}/wiki/datasets: no shard file matches train_wiki_128_*.msgpack "
          "(shard files there: train_imdb_128_123.msgpack.gz); make shards: python {scripts}/prepare_mlm_dataset.py",
          "-o {here}/wiki/datasets -m 128 -v {here}/wiki/vocab;", "train_LABEL_128_*.msgpack.gz"]),
     "no checkpoint, no runs": ("config.ini.example", [], ["--cp", "runs/run0/checkpoints/checkpoint.pt"],

@@ -202,3 +202,25 @@ def test_a_causal_lm_has_no_graph_and_is_one_line(vocab, tmp_path, capsys):
     assert line == (f"error: {checkpoint}: a clm checkpoint: --onnx exports mlm, fine-tuned and encoder models; "
                     f"export it without --onnx")
     assert not (tmp_path / "hf").exists()
+
+
+def test_readmes_serving_snippet_runs_as_written_on_an_export(vocab, tmp_path, monkeypatch, capsys):
+    """README's "Export and serve" Python, run on an sst2 export where it looks: a class and its probability
+    for each of its two sentences, the same as our model gives."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    snippet = readme.split("## Export and serve", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    checkpoint = random_checkpoint(tmp_path / "sst2.pt", vocab, "sst2", LAYOUTS["preln-rope-geglu"])
+    state = checkpoints.load(checkpoint)
+    state["model"]["classifier.weight"] *= 100  # a decided classifier: fresh weights answer 0.5 for everything
+    checkpoints.save(checkpoint, state)
+    export_hf.export(checkpoint, tmp_path / "wiki" / "hf-sst2", onnx=True)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(snippet, "README.md", "exec"), {})
+    printed = [line.split() for line in capsys.readouterr().out.splitlines()]
+    model = onnx_export.exported_model(checkpoints.load(checkpoint))
+    for (label, probability), sentence in zip(printed, ["a gripping film", "a dull, lifeless sequel"], strict=True):
+        ids = torch.tensor([[vocab.cls_id, *vocab.encode([sentence])[0], vocab.sep_id]])
+        with torch.no_grad():
+            probabilities = model(ids, torch.ones_like(ids), torch.zeros_like(ids)).softmax(-1)[0]
+        assert label == ("negative", "positive")[int(probabilities.argmax())]
+        assert float(probability) == pytest.approx(float(probabilities.max()), abs=0.01)
