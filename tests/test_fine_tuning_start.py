@@ -11,7 +11,6 @@ import pytest
 
 import main
 import make_demo
-import prepare_mlm_dataset
 from conftest import TEST_DEVICE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,11 +25,11 @@ SMALL = ["--seq-len", "64", "--d-model", "128", "--heads", "2", "--n-layer", "2"
 
 
 @pytest.fixture(scope="module")
-def base(imdb_corpus, vocab_dir, rotten_tomatoes, tmp_path_factory) -> Path:
+def base(mlm_base_dir, rotten_tomatoes, tmp_path_factory) -> Path:
+    """The shared MLM shards of 64 tokens (prepare_mlm_dataset.py's defaults) beside SST-2's files."""
     base = tmp_path_factory.mktemp("start")
-    shutil.copytree(vocab_dir, base / "vocab")
-    prepare_mlm_dataset.main(["-i", str(imdb_corpus), "-l", "imdb", "-o", str(base / "datasets"), "-m", "64",
-                              "-v", str(base / "vocab")])
+    for name in ("vocab", "datasets"):
+        shutil.copytree(mlm_base_dir / name, base / name)
     make_demo.write_sst2(base / "datasets", rotten_tomatoes, seed=123)
     return base
 
