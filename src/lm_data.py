@@ -21,7 +21,7 @@ from hardware import to_device
 from masking import MaskingRule, predictions_per_sequence
 from shard_stream import (EpochPlan, ShardFile, ShardLoader, as_array, epoch_sets, positions_between, rank_positions,
                           scan)
-from shards import Shard, find_shards, from_arrays, join_shards, making_shards, read_shard, select_rows
+from shards import Shard, find_shards, from_arrays, join_shards, read_shard, select_rows
 from task import evaluate_by_sums
 
 # The Config fields that decide which samples a run sees: a resumed run keeps them.
@@ -315,8 +315,7 @@ class LanguageModelData:
                 import legacy  # read only for the original project's GPT article arrays, which {which} names
                 paths = legacy.article_files(directory, pattern)
             else:
-                paths = find_shards(directory, pattern, making_shards(directory, name, self.config.seq_len,
-                                                                      self.config.vocab_path))
+                paths = find_shards(directory, pattern, name, self.config.seq_len, self.config.vocab_path)
             self.splits[name] = ShardSplit(paths, self.rules, self.order, self.config.share_of(name))
         return self.splits[name]
 

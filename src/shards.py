@@ -432,18 +432,20 @@ def from_arrays(path, header: dict, lengths: np.ndarray, tokens: np.ndarray, mas
                  mask_positions=(masked - offsets[sample_of_mask]).astype(np.uint16), mask_labels=labels)
 
 
-def find_shards(directory, pattern: str, making: str | None = None) -> list[Path]:
+def find_shards(directory, pattern: str, split: str = "train", seq_len: int | str = "SEQ_LEN",
+                vocab=None) -> list[Path]:
     """Shard files in directory matching a glob; `x_*.msgpack` also matches `x_*.msgpack.gz`. None
-    is one line naming the directory's full path, the pattern, the shard files it holds and
-    `making`, the command that makes shards (making_shards, its sequence length and vocabulary
-    left for the reader to fill in by default)."""
+    is one line naming the directory's full path, the pattern, the shard files it holds and the
+    command that makes the split's shards (making_shards: a sequence length or vocabulary not given
+    left for the reader to fill in)."""
     base = glob.escape(str(directory))
     patterns = [pattern] if pattern.endswith(".gz") else [pattern, pattern + ".gz"]
     matches = {Path(match) for each in patterns for match in glob.glob(os.path.join(base, each))}
     files = sorted(match for match in matches if match.is_file())
     if not files:
-        raise UserError(f"{full_path(directory)}: no shard file matches {pattern} "
-                        f"({shard_files_held(Path(directory), pattern)}); {making or making_shards(directory)}")
+        held = shard_files_held(Path(directory), pattern)
+        raise UserError(f"{full_path(directory)}: no shard file matches {pattern} ({held}); "
+                        f"{making_shards(directory, split, seq_len, vocab)}")
     return files
 
 

@@ -227,7 +227,7 @@ def test_readmes_serving_snippet_runs_as_written_on_an_export(vocab, tmp_path, m
     monkeypatch.chdir(tmp_path)
     exec(compile(snippet, "README.md", "exec"), {})
     printed = [line.split() for line in capsys.readouterr().out.splitlines()]
-    model = onnx_export.exported_model(checkpoints.load(checkpoint))
+    model = onnx_export.exported_model(state)
     for (label, probability), sentence in zip(printed, ["a gripping film", "a dull, lifeless sequel"], strict=True):
         ids = torch.tensor([[vocab.cls_id, *vocab.encode([sentence])[0], vocab.sep_id]])
         with torch.no_grad():

@@ -10,7 +10,7 @@ from errors import UserError
 from masking import MaskingRule
 from packed_files import ShardError
 from corpus.preparation import StaticMasker
-from shards import ShardWriter, find_shards, making_shards, read_shard
+from shards import ShardWriter, find_shards, read_shard
 from vocab import SPECIAL_TOKENS, Vocab
 
 SEQ_LEN = 64
@@ -172,7 +172,7 @@ def test_no_matching_shard_names_the_files_there_and_how_to_make_shards(tmp_path
                  "train_wiki_128_1.msgpack", ".train_wiki_128_2.msgpack.gz.0123.tmp"]:
         (here / "datasets" / name).write_bytes(b"")
     with pytest.raises(UserError) as raised:  # the closest names first, three of them
-        find_shards(Path("datasets"), "train_weke_128_*.msgpack", making_shards("datasets", "train", 128, "vocab"))
+        find_shards(Path("datasets"), "train_weke_128_*.msgpack", "train", 128, "vocab")
     assert ("(shard files there: train_wiki_128_1.msgpack, train_wiki_64_1.msgpack.gz, test_wiki_128_1.msgpack.gz "
             "and 1 more); make shards: ") in str(raised.value)
     assert str(raised.value).endswith(f"-o {here / 'datasets'} -m 128 -v {here / 'vocab'}; the pattern must match "
