@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "scripts"))
 from errors import UserError, exit_on_user_error  # noqa: E402
 from ini import load_config  # noqa: E402
-from lm_data import split_pattern  # noqa: E402
+from tasks.lm_data import split_pattern  # noqa: E402
 from shards import find_shards, read_shard  # noqa: E402
 from interop import hf_import  # noqa: E402
 

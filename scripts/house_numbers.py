@@ -18,10 +18,10 @@ COMPOSER = "main"  # the one core module that imports the wings: it picks a run'
 # The project modules a run imports; tests/test_main.py checks that a run imports these and no others.
 PRE_TRAINING_MODULES = frozenset({
     "architecture", "atomic", "batching", "checkpoints", "config", "cores", "cpu_kernels", "distributed", "errors",
-    "hardware", "ini", "lm_data", "main", "masking", "model", "optimizer", "packed_files", "run_log", "run_plan",
-    "run_start", "shard_stream", "shards", "task", "throughput", "trainer", "vocab", "tasks", "tasks.mlm_task"})
-FINE_TUNING_MODULES = PRE_TRAINING_MODULES - {"lm_data", "masking", "tasks.mlm_task", "packed_files", "shard_stream",
-                                              "shards"} | {
+    "hardware", "ini", "main", "masking", "model", "optimizer", "packed_files", "run_log", "run_plan",
+    "run_start", "shard_stream", "shards", "task", "trainer", "vocab", "tasks", "tasks.lm_data", "tasks.mlm_task"})
+FINE_TUNING_MODULES = PRE_TRAINING_MODULES - {"masking", "packed_files", "shard_stream", "shards", "tasks.lm_data",
+                                              "tasks.mlm_task"} | {
     "tasks.classification_task", "tasks.fine_tuning", "tasks.glue_data", "tasks.glue_metrics", "tasks.glue_tasks",
     "tasks.pair_encoding"}
 

@@ -1,7 +1,7 @@
 """What the original BERT project (the one this program re-imagines) left on its users' disks, read here
 and nowhere else: its other key and value names and the keys it had that mean nothing now
 (current_name, current_value: config.py's), its msgpack shards and its GPT article arrays
-(article_files and read: lm_data.py's, as the flat arrays shards.from_arrays makes a Shard of).
+(article_files and read: tasks/lm_data.py's, as the flat arrays shards.from_arrays makes a Shard of).
 Imported only where one of them is met, so a run on this program's own files never reads it."""
 import glob
 import os

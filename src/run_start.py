@@ -20,7 +20,6 @@ from optimizer import make_optimizer
 from run_log import RunLog, create_run_dir, write_run_config
 from run_plan import Schedule, in_stable_phase, run_progress
 from task import Task
-from throughput import Throughput
 
 
 @dataclass
@@ -43,7 +42,6 @@ class Run:
     lineage: list = field(default_factory=list)  # the training behind those weights (checkpoints.stage)
     resumed_at: int | None = None  # the step a resumed run went on from
     own_dir: bool = True  # its directory made for it: removed again if it fails before its first step
-    meter: Throughput | None = None  # the training figures since the last log line
     log_sums: dict | None = None  # the meter's sums when the checkpoint a run resumes from was saved
     decay_branch: bool = False  # --decay-from's run: its lr-scheduler computed at the branch (decay_branch)
 

@@ -3,14 +3,16 @@
 A task (mlm_task.py, classification_task.py) supplies the model, the batches and the loss, as
 task.Task says; run_start.py opens the run; this file does everything else, the same way for all
 of them. Read top to bottom: how a run is asked to stop, the loop, one step, its log line, validation,
-saving, scoring a checkpoint.
+saving, scoring a checkpoint; then the meter of a log line's figures (the loss and the task's
+statistics, tokens/s, MFU) and the clock a time budget counts, with its record.
 """
 import json
 import math
 import signal
 import sys
 import tempfile
-from contextlib import nullcontext
+import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
@@ -31,7 +33,6 @@ from run_log import RunLog, metric_text
 from run_plan import Progress, in_stable_phase, learning_rate, lower_is_better, micro_batches, sequence_length
 from run_start import Run, RunStarter
 from task import Task, chosen_metric
-from throughput import Clock, Throughput, read_clock_record, record_clock, start_clock_record
 
 
 class StepPhases(NamedTuple):
@@ -91,6 +92,7 @@ class Trainer:
         if config.deterministic:
             hardware.use_deterministic_algorithms()
         self.starter = RunStarter(config, task, hardware.select_dtype(config.dtype, self.device), rank, world_size)
+        self.meter = None  # the training run's Throughput: its figures since the last log line
 
     @property
     def dtype(self) -> torch.dtype:
@@ -140,7 +142,7 @@ class Trainer:
         stopping = False
         self.check_metric_names(run)
         batches = hardware.prefetch(self.task.train_batches(run.position), self.device, config.async_to_device)
-        meter = run.meter = self.throughput_meter(run)
+        meter = self.meter = self.throughput_meter(run)
         clock, replayed = Clock(run.elapsed), self.replayed_clock()
         recorded = self.rank == 0 and config.budget_seconds  # the clock a time budget follows
         if recorded:
@@ -257,7 +259,7 @@ class Trainer:
             run.optimizer.zero_grad(set_to_none=True)
         run.step += 1
 
-    def throughput_meter(self, run: Run) -> Throughput:
+    def throughput_meter(self, run: Run) -> "Throughput":
         """MFU is against the peak hardware.peak_flops gives, on rank 0 (the one that logs)."""
         peak, source = 1.0, None
         if self.rank == 0:
@@ -272,7 +274,7 @@ class Trainer:
             meter.restore(run.log_sums)
         return meter
 
-    def log_training(self, run: Run, meter: Throughput) -> dict[str, str]:
+    def log_training(self, run: Run, meter: "Throughput") -> dict[str, str]:
         """The train line and scalars since the last one; returns what the progress bar shows."""
         loss, statistics, tokens_per_sec, mfu = meter.read(run.tokens, restart=run.step % self.config.log_interval == 0)
         if mfu > 1 or meter.reads == 1:
@@ -295,7 +297,7 @@ class Trainer:
         run.log.scalars(run.step, {f"train/{name}": value for name, value in scalars.items()})
         return shown
 
-    def measure_peak_again(self, run: Run, meter: Throughput) -> float:
+    def measure_peak_again(self, run: Run, meter: "Throughput") -> float:
         """The matmul peak measured once more where it was measured (rank 0, no peak-tflops, no published
         figure), the higher one kept: a host that stalls a core for part of a second halves the start's
         half-second measurement, and every MFU after would read twice as high. So the first log line,
@@ -339,7 +341,7 @@ class Trainer:
         """best.pt, or checkpoint.pt with the older ones rotated; rank 0 writes, with every
         rank's random states and training sums since the last log line, and the others wait until it has."""
         per_rank = distributed.every_rank((checkpoints.random_states(self.task.random_generator),
-                                           run.meter.since_log() if run.meter else None))
+                                           self.meter.since_log() if self.meter else None))
         rng_per_rank = [rng for rng, _ in per_rank]
         if self.rank == 0:
             directory = run.checkpoints
@@ -434,3 +436,132 @@ def unwrap(model: nn.Module) -> nn.Module:
     model = getattr(model, "_orig_mod", model)
     model = getattr(model, "module", model)
     return getattr(model, "_orig_mod", model)
+
+
+# ----------------------------------------------------------------------------- the meter and the clock
+
+class Throughput:
+    """Sums the loss and the task's statistics on the device (no host sync per step) and reads the
+    figures at a log line."""
+
+    def __init__(self, flops_per_token: float, peak_flops: float, world_size: int, device: torch.device,
+                 tokens: int, peak_measured: bool = False):
+        self.flops_per_token = flops_per_token
+        self.peak_flops = peak_flops
+        self.peak_measured = peak_measured  # peak_flops is a measurement, which a later one may raise
+        self.reads = 0  # log lines read: the first one measures the peak again
+        self.world_size = world_size
+        self.loss_sum = torch.zeros((), device=device)
+        self.micro_steps = 0
+        self.reset(tokens)
+
+    def reset(self, tokens: int):
+        self.loss_sum.zero_()
+        self.statistics = 0
+        self.micro_steps = 0
+        self.since, self.since_tokens, self.pause = time.perf_counter(), tokens, 0.0
+
+    def add(self, loss: torch.Tensor, statistics: torch.Tensor):
+        self.loss_sum += loss.detach().float()
+        self.statistics = self.statistics + statistics.detach().double()
+        self.micro_steps += 1
+
+    @contextmanager
+    def paused(self):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.pause += time.perf_counter() - started
+
+    def read(self, tokens: int, restart: bool = True) -> tuple[float, torch.Tensor, float, float]:
+        """Mean loss over all ranks' micro-batches, their summed statistics (on the CPU), tokens/s
+        of all ranks, and MFU per rank since the last read; then starts counting afresh, unless
+        restart is False (a run's last line, off the log interval: a resumed run goes on summing)."""
+        self.reads += 1
+        elapsed = time.perf_counter() - self.since - self.pause
+        loss_sum, statistics = self.loss_sum.clone(), self.statistics.clone()  # this rank's stay for since_log
+        if torch.distributed.is_initialized():
+            torch.distributed.all_reduce(loss_sum)
+            torch.distributed.all_reduce(statistics)
+            loss_sum /= self.world_size
+        mean_loss = loss_sum.item() / self.micro_steps
+        tokens_per_sec = (tokens - self.since_tokens) / elapsed
+        mfu = self.flops_per_token * tokens_per_sec / self.world_size / self.peak_flops
+        if restart:
+            self.reset(tokens)
+        return mean_loss, statistics.cpu(), tokens_per_sec, mfu
+
+    def since_log(self) -> dict:
+        """This rank's sums since the last log line: a checkpoint keeps them, so that the first line
+        after a resume averages the same steps as an uninterrupted run's."""
+        statistics = self.statistics.cpu() if isinstance(self.statistics, torch.Tensor) else None
+        return {"loss_sum": self.loss_sum.cpu(), "statistics": statistics, "micro_steps": self.micro_steps}
+
+    def restore(self, sums: dict):
+        """Go on from since_log()'s sums."""
+        self.loss_sum.copy_(sums["loss_sum"])
+        statistics = sums["statistics"]
+        self.statistics = 0 if statistics is None else statistics.to(self.loss_sum.device)
+        self.micro_steps = sums["micro_steps"]
+
+
+class Clock:
+    """Training time of a run: seconds so far, from a resumed run's count on, pauses left out."""
+    now = staticmethod(time.monotonic)  # tests put a fake clock here
+
+    def __init__(self, elapsed: float = 0.0):
+        self.before = elapsed
+        self.started = self.now()
+
+    def elapsed(self) -> float:
+        return self.before + self.now() - self.started
+
+    @contextmanager
+    def paused(self):
+        """Time inside is not charged: validation and its checkpoints."""
+        self.before = self.elapsed()
+        try:
+            yield
+        finally:
+            self.started = self.now()
+
+
+CLOCK_RECORD = "clock.tsv"  # in the run directory
+
+
+def start_clock_record(run_dir: Path, resumed_at: int):
+    """runN/clock.tsv: the training seconds after each step, as the schedules read them, one line a
+    step (rank 0's, appended as it goes: record_clock), so that replay-clock can repeat a time-budget
+    run exactly. A resume cuts the lines past its step: those steps are taken again."""
+    path = run_dir / CLOCK_RECORD
+    kept = read_clock_record(path)[:resumed_at] if path.exists() else []
+    path.write_text("step\tseconds\n" + "".join(f"{step}\t{seconds!r}\n" for step, seconds in enumerate(kept, 1)),
+                    encoding="utf-8")
+
+
+def record_clock(run_dir: Path, step: int, seconds: float):
+    with (run_dir / CLOCK_RECORD).open("a", encoding="utf-8") as file:
+        file.write(f"{step}\t{seconds!r}\n")
+
+
+def read_clock_record(path: Path) -> list[float]:
+    """A clock.tsv's seconds, step 1 first; one line naming the file where it is not one."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"{path}: cannot read the clock record ({getattr(error, 'strerror', None) or error})") from None
+    if not lines or lines[0] != "step\tseconds":
+        raise UserError(f"{path}: not a run's clock record (its first line is not 'step<TAB>seconds')")
+    seconds = []
+    for number, line in enumerate(lines[1:], 2):
+        fields = line.split("\t")
+        try:
+            step, value = int(fields[0]), float(fields[1])
+        except (ValueError, IndexError):
+            raise UserError(f"{path}:{number}: expected a step and its seconds, got {line!r}") from None
+        if step != len(seconds) + 1 or not math.isfinite(value) or value < (seconds[-1] if seconds else 0.0):
+            raise UserError(f"{path}:{number}: expected step {len(seconds) + 1} and seconds that never fall, "
+                            f"got {line!r}")
+        seconds.append(value)
+    return seconds

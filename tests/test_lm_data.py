@@ -1,4 +1,4 @@
-"""src/lm_data.py: the language-model tasks' data: each split's file pattern, batches padded to
+"""src/tasks/lm_data.py: the language-model tasks' data: each split's file pattern, batches padded to
 seq-len, the shards' stored masks against the masking keys, and shards too small for a batch."""
 import shutil
 from pathlib import Path
@@ -13,7 +13,7 @@ from checkpoints import load
 from config import Config
 from conftest import MLM_SEQ_LEN, TEST_DEVICE
 from errors import UserError
-from lm_data import LanguageModelData, document_ids, make_batch, split_pattern
+from tasks.lm_data import LanguageModelData, document_ids, make_batch, split_pattern
 from tasks.mlm_task import MaskedLMTask
 from shards import read_shard
 from test_mlm_task import QUICK

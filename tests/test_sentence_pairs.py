@@ -14,7 +14,7 @@ import make_demo
 import prepare_mlm_dataset
 import hardware
 from conftest import MLM_SEQ_LEN, make_mlm_workdir, prepare_mlm_base_dir
-from lm_data import make_batch
+from tasks.lm_data import make_batch
 from packed_files import ShardError
 from corpus.preparation import SPLITS, assign_splits
 from corpus.sentence_pairs import PairMaker, pair_sample, truncate_pair

@@ -16,7 +16,7 @@ import prepare_mlm_dataset
 import shard_stream
 from conftest import MLM_SEQ_LEN, write_mlm_config
 from errors import UserError
-from lm_data import LanguageModelData
+from tasks.lm_data import LanguageModelData
 from shards import ShardWriter, read_shard
 from vocab import load_vocab
 

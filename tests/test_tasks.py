@@ -9,7 +9,7 @@ import torch
 import architecture
 import main
 import tasks
-from lm_data import DATA_KEYS, CorpusTask, LanguageModelData
+from tasks.lm_data import DATA_KEYS, CorpusTask, LanguageModelData
 from model import BertForMaskedLM, ModelConfig
 from run_plan import Progress
 from tasks.mlm_task import token_statistics

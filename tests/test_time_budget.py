@@ -8,7 +8,7 @@ import torch
 import checkpoints
 import hardware
 import main
-import throughput
+import trainer
 from config import Config
 from ini import load_config
 from errors import UserError
@@ -43,7 +43,7 @@ def fake_clock(monkeypatch):
     """Training time that moves one second per training micro-step and not at all elsewhere, while
     each validation takes 100 real-looking seconds that must not be charged."""
     now = [0.0]
-    monkeypatch.setattr(throughput.Clock, "now", staticmethod(lambda: now[0]))
+    monkeypatch.setattr(trainer.Clock, "now", staticmethod(lambda: now[0]))
     monkeypatch.setattr(hardware, "measure_matmul_flops", lambda device, dtype: 1e12)
     original_loss, original_validate = MaskedLMTask.loss, Trainer.validate
 
@@ -134,25 +134,25 @@ def test_a_time_budget_run_records_its_clock_and_replay_clock_repeats_it_bit_for
     its record and ends the same, to the last bit of every weight."""
     budget = ["--time-budget", "3s", "--max-iters", "100000", "--val-interval", "100000", "--warmup-iters", "2"]
     first = main.run(load_config(None, budget + ["--run-id", "first"]), None, False)
-    record = first / throughput.CLOCK_RECORD
-    seconds = throughput.read_clock_record(record)
+    record = first / trainer.CLOCK_RECORD
+    seconds = trainer.read_clock_record(record)
     second = main.run(load_config(None, budget + ["--run-id", "second", "--replay-clock", str(record)]), None, False)
     one, other = (checkpoints.load(run / "checkpoints" / "checkpoint.pt") for run in (first, second))
     assert one["step"] == other["step"] == len(seconds) and one["elapsed"] == other["elapsed"] == seconds[-1]
     assert all(torch.equal(one["model"][name], other["model"][name]) for name in one["model"])
-    assert throughput.read_clock_record(second / throughput.CLOCK_RECORD) == seconds
+    assert trainer.read_clock_record(second / trainer.CLOCK_RECORD) == seconds
 
 
 def test_a_resume_cuts_the_clock_record_to_its_step_and_goes_on(mlm_workdir, fake_clock):
     budget = ["--time-budget", "10s", "--warmup-iters", "2"]
     run_dir = main.run(load_config(None, budget + ["--max-iters", "6", "--val-interval", "4"]), None, False)
     path = run_dir / "checkpoints" / "checkpoint.pt"
-    record = run_dir / throughput.CLOCK_RECORD
-    assert throughput.read_clock_record(record) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    record = run_dir / trainer.CLOCK_RECORD
+    assert trainer.read_clock_record(record) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
     with record.open("a", encoding="utf-8") as file:
         file.write("7\t99.0\n")  # a step a killed run took after its last checkpoint
     main.run(load_config(None, budget + ["--max-iters", "1000", "--val-interval", "4"]), path, False)
-    assert throughput.read_clock_record(record) == [float(step) for step in range(1, 11)]
+    assert trainer.read_clock_record(record) == [float(step) for step in range(1, 11)]
 
 
 @pytest.mark.parametrize("record, message", [

@@ -4,7 +4,7 @@ predicting the next token; loss and accuracy over every real next token."""
 import torch
 
 from config import model_config
-from lm_data import DATA_KEYS, CorpusTask, LanguageModelData
+from tasks.lm_data import DATA_KEYS, CorpusTask, LanguageModelData
 from model import IGNORE_INDEX, BertForCausalLM, ModelConfig
 from tasks.mlm_task import token_statistics
 

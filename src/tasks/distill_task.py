@@ -15,7 +15,7 @@ from torch import nn
 
 from config import model_config
 from errors import UserError
-from lm_data import DATA_KEYS, CorpusTask, LanguageModelData
+from tasks.lm_data import DATA_KEYS, CorpusTask, LanguageModelData
 from model import IGNORE_INDEX, Encoder, MaskedLMHead, ModelConfig, at_positions, init_weights, token_hits
 from run_plan import Progress
 from tasks.mlm_task import MASKING_KEYS, Masker, masked_share

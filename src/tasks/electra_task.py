@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from config import model_config
-from lm_data import DATA_KEYS, CorpusTask, LanguageModelData
+from tasks.lm_data import DATA_KEYS, CorpusTask, LanguageModelData
 from model import IGNORE_INDEX, ElectraForPreTraining, ModelConfig, token_hits, token_loss
 from run_plan import Progress
 from tasks.mlm_task import MASKING_KEYS, Masker, first_sample, masked_share

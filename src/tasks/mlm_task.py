@@ -10,7 +10,7 @@ import torch
 
 from config import model_config
 from hardware import to_device
-from lm_data import DATA_KEYS, CorpusTask, LanguageModelData
+from tasks.lm_data import DATA_KEYS, CorpusTask, LanguageModelData
 from masking import MaskingRule, mask_tokens, predictions_per_sequence
 from model import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining, ModelConfig, token_hits
 from run_plan import Progress, mask_rate
