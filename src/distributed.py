@@ -18,11 +18,6 @@ COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=10)
 _control_group = None  # gloo group for host-side agreement (the stop flag) without a device sync
 
 
-def launched() -> bool:
-    """True in a rank started by torchrun or by launch()."""
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
-
-
 def join(device: torch.device, backend: str = "auto") -> tuple[int, int, int]:
     """Join the process group the environment describes (env:// rendezvous at MASTER_ADDR:MASTER_PORT):
     dist-backend (auto: NCCL with one GPU per rank on CUDA, gloo on CPU). Returns rank, world size, local rank."""

@@ -1,6 +1,7 @@
 """`--ddp --nproc N`: start N ranks of main.py on this machine and watch them; when one fails, the
-others are stopped at once and one line says which. Imported by --ddp alone; the ranks' side of the
-protocol is rank_process.py's.
+others are stopped at once and one line says which. Imported by --ddp alone, without torch (the
+launcher only starts and watches). The names its ranks read (the variables it sets, the file a rank
+writes when finished) are here; the ranks' side of the protocol is rank_process.py's.
 """
 import os
 import shutil
@@ -14,9 +15,14 @@ from pathlib import Path
 
 from cores import available_cores
 from errors import UserError
-from rank_process import ERROR_FILE_VARIABLE, LAUNCHER_VARIABLE, finished_file
 
 MAIN = Path(__file__).resolve().with_name("main.py")
+
+# Where a rank started by launch() writes its UserError (rankN.txt), so that the launcher prints it
+# once, or its traceback (rankN.traceback), so that the console keeps one line.
+ERROR_FILE_VARIABLE = "BERT_DDP_ERROR_FILE"
+# The launcher's process id, given to the ranks it starts: they die with it.
+LAUNCHER_VARIABLE = "BERT_DDP_LAUNCHER_PID"
 
 
 def launch(argv: list[str], nproc: int, master_addr: str, master_port: int) -> int:
@@ -134,3 +140,8 @@ def wait_for_first_failure(processes: list[subprocess.Popen], finished: list[Pat
         if all(code == 0 for code in codes):
             return None
         time.sleep(0.02)
+
+
+def finished_file(error_file: Path) -> Path:
+    """Where a rank of launch() says that it, and so every rank, has finished the run (rankN.finished)."""
+    return error_file.with_suffix(".finished")

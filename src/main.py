@@ -14,22 +14,20 @@ if __name__ == "__main__":  # before the seconds of importing torch: Ctrl-C then
 
 import argparse
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
-import torch
-
-import checkpoints
-import distributed
 from config import Config, key_reference
 from errors import UserError, exit_on_user_error
-from hardware import select_device
 from ini import load_config
 from run_plan import with_run_length
-from run_start import decay_branch, resumed_decay
-from trainer import StopRequest, Trainer
 from vocab import load_run_vocab
 from tasks import task_class
+
+# torch and the modules that use it (the trainer, the start, checkpoints, the device) are imported
+# where a run starts, below: --help, a config's mistake and --ddp's launcher answer without the
+# seconds torch takes to import.
 
 
 def parse_args(argv):
@@ -56,16 +54,21 @@ def parse_args(argv):
 
 
 def make_task(config: Config, rank: int = 0, world_size: int = 1):
+    from hardware import select_device
     return task_class(config.task_type)(config, load_run_vocab(config), select_device(config.device), rank,
                                         world_size)
 
 
 def run(config: Config, checkpoint: Path | None, test: bool, rank: int = 0, world_size: int = 1, *,
         switch_training: bool = False, load_optimizer: bool = True, decay: bool = False,
-        stop: StopRequest | None = None):
+        stop=None):
     """Score --cp on the test split, or train (see Trainer.fit) and return the run directory.
     The checkpoint is read once, here; the architecture keys the config leaves out come from it.
-    decay: the checkpoint is --decay-from's, and the run decays from it (decay_branch)."""
+    decay: the checkpoint is --decay-from's, and the run decays from it (decay_branch).
+    stop: the trainer.StopRequest a caller asks the run to stop through (default: its own)."""
+    import checkpoints
+    from run_start import decay_branch, resumed_decay
+    from trainer import Trainer
     saved = checkpoints.load(checkpoint, runs_dir=config.runs_dir) if checkpoint is not None else None
     if saved is not None:
         config = checkpoints.with_architecture(config, saved)
@@ -86,6 +89,8 @@ def run_rank(config: Config, args: argparse.Namespace):
     """One rank of a distributed run (torchrun or --ddp set RANK, WORLD_SIZE, LOCAL_RANK)."""
     if args.test:
         raise UserError("--test runs in one process: leave out --ddp and torchrun")
+    import distributed
+    from hardware import select_device
     device = select_device(config.device)
     rank, world_size, local_rank = distributed.join(device, config.dist_backend)
     if device.type == "cuda":  # one GPU per rank
@@ -112,6 +117,20 @@ def start_options(args: argparse.Namespace) -> dict:
     return {"switch_training": args.switch_training, "load_optimizer": not args.dont_load_optimizer}
 
 
+def launched_as_a_rank() -> bool:
+    """True in a rank started by torchrun or by --ddp's launcher: both set RANK and WORLD_SIZE."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def gpus_of(device_name: str) -> int:
+    """The GPUs --ddp gives a rank each: none where the config says cpu (and torch stays unread)."""
+    if device_name == "cpu":
+        return 0
+    import torch
+    from hardware import select_device
+    return torch.cuda.device_count() if select_device(device_name).type == "cuda" else 0
+
+
 @exit_on_user_error
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
@@ -120,13 +139,13 @@ def main(argv=None):
         raise UserError("--dp (DataParallel) is not supported: use --ddp --nproc N, one process per GPU")
     config = load_config(args.config, overrides)
     options = start_options(args)
-    if distributed.launched():  # a rank: started by --ddp below, or by torchrun
+    if launched_as_a_rank():  # started by --ddp below, or by torchrun
         import rank_process  # a rank's side of its launcher, read by ranks alone
         rank_process.rank_main(lambda: run_rank(config, args))
     elif args.ddp:
         if args.test:
             raise UserError("--test runs in one process: leave out --ddp")
-        gpus = torch.cuda.device_count() if select_device(config.device).type == "cuda" else 0
+        gpus = gpus_of(config.device)
         nproc = args.nproc if args.nproc is not None else max(1, gpus)
         if nproc < 1:
             raise UserError(f"--nproc {nproc}: expected at least 1")

@@ -12,13 +12,7 @@ import torch.distributed as dist
 from child_processes import die_with_parent
 from distributed import leave
 from errors import UserError
-
-# Where a rank started by launch() writes its UserError (rankN.txt), so that the launcher prints it
-# once, or its traceback (rankN.traceback), so that the console keeps one line.
-ERROR_FILE_VARIABLE = "BERT_DDP_ERROR_FILE"
-# The launcher's process id, given to the ranks it starts: they die with it.
-LAUNCHER_VARIABLE = "BERT_DDP_LAUNCHER_PID"
-
+from launcher import ERROR_FILE_VARIABLE, LAUNCHER_VARIABLE, finished_file
 
 def rank_main(run):
     """Call run() in a rank, which dies with what started it (launch(), or torchrun's agent on this
@@ -62,8 +56,3 @@ def first_line(error: Exception) -> str:
     line = str(error).strip().splitlines()[0]
     line = line.split("] ", 1)[1] if line.startswith("[") and "] " in line else line
     return line.split(". ", 1)[0]
-
-
-def finished_file(error_file: Path) -> Path:
-    """Where a rank of launch() says that it, and so every rank, has finished the run (rankN.finished)."""
-    return error_file.with_suffix(".finished")
