@@ -21,7 +21,8 @@ from vocab import SPECIAL_TOKENS
 ROOT = Path(__file__).resolve().parent.parent
 
 # name -> (arguments, what the error line must contain); {checkpoint}, {workdir} are filled in.
-# Run as real processes: each pays about two seconds of CPU for importing torch.
+# Run as real processes. A config's own mistakes answer before torch is imported (under half a second);
+# the checkpoint and shard cases pay about two seconds of CPU for it.
 PROCESS_ERRORS = {
     "unknown config key": (["--config", "{workdir}/typo.ini"],
                            "unknown key 'lerning-rate' (did you mean 'learning-rate'?)"),
