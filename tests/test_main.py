@@ -265,6 +265,27 @@ def test_a_fine_tuning_run_imports_only_its_own_modules(mlm_workdir, rotten_toma
     assert imported == FINE_TUNING_MODULES, (imported - FINE_TUNING_MODULES, FINE_TUNING_MODULES - imported)
 
 
+# main.py reads the config before torch: its mistakes, --help and --ddp's launcher on cpu answer without it.
+WITHOUT_TORCH = f"""
+import sys
+sys.path.insert(0, {str(ROOT / 'src')!r})
+import launcher, main
+try:
+    main.main(sys.argv[1:])
+except SystemExit as end:
+    print(end.code, "torch" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("args, code", [(["--batch-size", "many"], 2), (["--help"], 0),
+                                        (["--ddp", "--nproc", "0"], 2)], ids=["config mistake", "help", "ddp"])
+def test_a_config_mistake_help_and_the_launcher_on_cpu_answer_without_importing_torch(tmp_path, args, code):
+    (tmp_path / "config.ini").write_text("device = cpu\n", encoding="utf-8")
+    result = subprocess.run([sys.executable, "-c", WITHOUT_TORCH, *args], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=60)
+    assert result.stdout.splitlines()[-1] == f"{code} False", (result.stdout, result.stderr)
+
+
 def test_house_numbers_counts_the_runs_modules_and_finds_no_circle(capsys):
     house_numbers.main()
     lines = capsys.readouterr().out.splitlines()
