@@ -14,6 +14,7 @@ from distributed import leave
 from errors import UserError
 from launcher import ERROR_FILE_VARIABLE, LAUNCHER_VARIABLE, finished_file
 
+
 def rank_main(run):
     """Call run() in a rank, which dies with what started it (launch(), or torchrun's agent on this
     machine): a UserError goes to the launcher's error file (printed there once) when launch()
