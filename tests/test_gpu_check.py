@@ -41,8 +41,8 @@ def test_quick_runs_every_step_and_writes_both_reports(demo, tmp_path):
                                "--demo", str(demo)], env=environment, capture_output=True, text=True)
     assert finished.returncode == 0, finished.stdout + finished.stderr
     steps = read_report(out)["steps"]
-    assert list(steps) == list(gpu_check.STEPS)
-    assert {name: entry["status"] for name, entry in steps.items()} == dict.fromkeys(gpu_check.STEPS, "ok") | {
+    assert list(steps) == gpu_check.DEFAULT_STEPS
+    assert {name: entry["status"] for name, entry in steps.items()} == dict.fromkeys(gpu_check.DEFAULT_STEPS, "ok") | {
         "documents": "skipped: no CUDA (FlexAttention has no backward on the CPU; the CPU keeps the dense mask)",
         "cuda tests": "skipped: no CUDA"}
     numerics = steps["numerics"]["numbers"]
@@ -60,7 +60,8 @@ def test_quick_runs_every_step_and_writes_both_reports(demo, tmp_path):
     assert all(row["sentences_per_sec"] > 0 for row in speed) and speed[0]["fastest_of_ours_over_this"] == 1
     assert steps["export"]["numbers"]["max_logit_difference"] < gpu_check.LOGITS_ATOL
     markdown = (out / "report.md").read_text(encoding="utf-8")
-    assert all(f"## {name}" in markdown for name in gpu_check.STEPS) and "| step | reference_losses |" in markdown
+    assert all(f"## {name}" in markdown for name in gpu_check.DEFAULT_STEPS)
+    assert "| step | reference_losses |" in markdown
 
 
 def test_a_failing_step_is_reported_and_the_others_still_run(demo, tmp_path, monkeypatch, cpu_only,
@@ -180,4 +181,34 @@ def test_the_test_corpus_holds_the_rows_the_tests_read(tmp_path):
 
 def test_every_step_has_a_budget_and_the_budgets_fill_the_whole():
     assert set(gpu_check.FULL.budgets) == set(gpu_check.QUICK.budgets) == set(gpu_check.STEPS)
-    assert sum(gpu_check.FULL.budgets.values()) == gpu_check.TOTAL_SECONDS
+    assert sum(gpu_check.FULL.budgets[name] for name in gpu_check.DEFAULT_STEPS) == gpu_check.TOTAL_SECONDS
+
+
+def test_determinism_runs_by_name_two_pairs_of_fresh_processes_and_compares_them_exactly(demo, tmp_path, cpu_only):
+    """On the CPU both pairs repeat bit for bit (tests/test_reproducibility.py); the step says so and
+    times the deterministic kernels against the default's."""
+    out = tmp_path / "report"
+    with pytest.raises(SystemExit) as exited:
+        gpu_check.main(["--quick", "-o", str(out), "--demo", str(demo), "--steps", "determinism"])
+    assert exited.value.code == 0
+    entry = read_report(out)["steps"]["determinism"]
+    assert entry["status"] == "ok", entry
+    numbers = entry["numbers"]
+    assert [row["deterministic"] for row in numbers["rows"]] == ["false", "true"]
+    assert all(row["bit_for_bit"] and row["differing_tensors"] == 0 and row["of_tensors"] > 10
+               and row["tokens_per_sec"] > 0 for row in numbers["rows"])
+    assert numbers["deterministic_over_default"] > 0
+    assert sorted(path.name for path in (out / "runs").iterdir()) == [
+        "same-run-false-1", "same-run-false-2", "same-run-true-1", "same-run-true-2"]
+
+
+def test_two_checkpoints_one_weight_apart_are_told_apart():
+    import torch
+
+    def state(nudge: float) -> dict:
+        return {"model": {"a": torch.ones(3) + nudge, "b": torch.zeros(2)},
+                "optimizer": {"state": {0: {"exp_avg": torch.zeros(3), "step": torch.tensor(1.0)}}}}
+    assert gpu_check.checkpoints_compared(state(0.0), state(0.0)) == {
+        "differing_tensors": 0, "of_tensors": 4, "largest_weight_difference": 0.0}
+    compared = gpu_check.checkpoints_compared(state(0.0), state(1e-6))
+    assert compared["differing_tensors"] == 1 and 0 < compared["largest_weight_difference"] < 1e-5
