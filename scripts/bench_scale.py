@@ -68,9 +68,15 @@ def train(base: Path, run_id: str, steps: int, resume: Path | None = None) -> tu
     return run_dir / "checkpoints" / "checkpoint.pt", peak[0], (run_dir / "logs" / "log.txt").read_text()
 
 
+def logged_tokens_per_second(log: str) -> list[float]:
+    """The tokens/s of every line of a run's log that has one (the training lines), in order."""
+    return [float(line.split(" tok/s")[0].rsplit("| ", 1)[1].replace(",", "")) for line in log.splitlines()
+            if " tok/s" in line]
+
+
 def last_tokens_per_second(log: str) -> float:
-    rates = [line.split(" tok/s")[0].rsplit("| ", 1)[1] for line in log.splitlines() if " tok/s" in line]
-    return float(rates[-1].replace(",", "")) if rates else float("nan")
+    rates = logged_tokens_per_second(log)
+    return rates[-1] if rates else float("nan")
 
 
 def same_tensors(first, second) -> bool:

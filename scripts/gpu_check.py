@@ -72,6 +72,7 @@ from masking import MaskingRule, predictions_per_sequence  # noqa: E402
 from model import BertForMaskedLM, BertForSequenceClassification, ModelConfig, flops_per_token  # noqa: E402
 import bench  # noqa: E402
 import bench_data  # noqa: E402
+import bench_scale  # noqa: E402
 import export_hf  # noqa: E402
 import profile_step  # noqa: E402
 
@@ -725,9 +726,7 @@ def checkpoints_compared(one: dict, other: dict) -> dict:
 
 def tokens_per_sec(run: Path) -> float:
     """The median of the log's tokens/s after its first line (which holds the first steps' warm-up)."""
-    text = (run / "logs" / "log.txt").read_text(encoding="utf-8")
-    rates = [float(rate.replace(",", "")) for rate in re.findall(r"^step \d+ \| loss .*? \| ([\d,]+) tok/s",
-                                                                   text, re.MULTILINE)][1:]
+    rates = bench_scale.logged_tokens_per_second((run / "logs" / "log.txt").read_text(encoding="utf-8"))[1:]
     if not rates:
         raise CheckFailed(f"{run}/logs/log.txt: no tokens/s after the first log line; log more often")
     return sorted(rates)[len(rates) // 2]
